@@ -1,0 +1,157 @@
+"""Every use of a private torch API goes through this module.
+
+``torch._functorch`` and ``torch._inductor`` move between releases; keeping the
+shims in one place means a new torch release is fixed here and nowhere else.
+Checked on torch 2.9 (the floor: ``custom_partitioner_fn`` arrived after the
+2.8 branch cut), 2.11 and 2.13.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+MIN_TORCH = (2, 9)
+
+
+def torch_version() -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    assert match, torch.__version__
+    return int(match.group(1)), int(match.group(2))
+
+
+def check_torch() -> None:
+    """Fail early, with the reason, on a torch that lacks the hooks we build on."""
+    import torch._inductor.config as inductor_config
+
+    if torch_version() < MIN_TORCH or not hasattr(inductor_config, "custom_partitioner_fn"):
+        raise RuntimeError(
+            f"fxremat needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]} "
+            f"(for torch._inductor.config.custom_partitioner_fn); this is torch {torch.__version__}. "
+            "Install a newer torch, e.g. `pip install torch==2.13.0`."
+        )
+
+
+check_torch()
+
+# --- Inductor -----------------------------------------------------------------
+import torch._inductor.inductor_prims  # noqa: E402  (registers prims.inductor_random & co)
+from torch._inductor.compile_fx import compile_fx  # noqa: E402,F401
+from torch._inductor.custom_graph_pass import CustomPartitionerFn  # noqa: E402,F401
+
+
+def inductor_mode_options(mode: str) -> dict[str, Any]:
+    from torch._inductor import list_mode_options
+
+    return dict(list_mode_options(mode))
+
+
+def inductor_config_keys() -> set[str]:
+    import torch._inductor.config as inductor_config
+
+    return set(inductor_config._config.keys())  # type: ignore[attr-defined]
+
+
+# --- AOTAutograd joint-graph conventions -----------------------------------------
+from torch._functorch import partitioners as _partitioners  # noqa: E402
+from torch._functorch._aot_autograd.utils import (  # noqa: E402,F401
+    _is_bwd_seed_offset as is_bwd_seed_offset,
+    _is_fwd_seed_offset as is_fwd_seed_offset,
+    _is_primal as is_primal,
+    _is_tangent as is_tangent,
+)
+from torch.fx.experimental.proxy_tensor import is_sym_node  # noqa: E402,F401
+from torch.utils.checkpoint import CheckpointPolicy  # noqa: E402
+
+must_be_in_backward = _partitioners._must_be_in_backward
+
+
+def fwd_bwd_outputs(joint: fx.GraphModule, num_fwd_outputs: int) -> tuple[list, list]:
+    """The joint graph's forward outputs and backward outputs (gradients)."""
+    result = _partitioners._extract_fwd_bwd_outputs(joint, num_fwd_outputs=num_fwd_outputs)
+    return list(result[0]), list(result[1])  # 2.9 returns 2 lists, later 4 (with descs)
+
+
+def force_save_special_ops(joint: fx.GraphModule) -> None:
+    """Mark collectives, effectful ops and backward-mutation sources MUST_SAVE, as torch's
+    own partitioners do: recomputing them would repeat a side effect."""
+    from torch._functorch import config as functorch_config
+
+    if not getattr(functorch_config, "unsafe_allow_optimization_of_collectives", False):
+        getattr(_partitioners, "force_save_collectives", lambda gm: None)(joint)
+    getattr(_partitioners, "force_save_effectful_ops", lambda gm: None)(joint)
+    getattr(_partitioners, "force_save_bw_mutation_src", lambda gm: None)(joint)
+
+
+def recompute_policy(node: fx.Node) -> CheckpointPolicy | None:
+    """The torch.utils.checkpoint policy recorded on a node, if any."""
+    return node.meta.get("recompute", None)
+
+
+def is_must_save(node: fx.Node) -> bool:
+    return recompute_policy(node) == CheckpointPolicy.MUST_SAVE
+
+
+def is_must_recompute(node: fx.Node) -> bool:
+    return recompute_policy(node) == CheckpointPolicy.MUST_RECOMPUTE
+
+
+def is_opaque_node(node: fx.Node) -> bool:
+    fn = getattr(_partitioners, "is_opaque_node", None)
+    return bool(fn and fn(node))
+
+
+_EXTRACT_PARAMS = inspect.signature(_partitioners._extract_fwd_bwd_modules).parameters
+
+
+def extract_fwd_bwd_modules(
+    joint: fx.GraphModule,
+    saved_values: list[fx.Node],
+    saved_sym_nodes: list[fx.Node],
+    *,
+    num_fwd_outputs: int,
+    static_lifetime_input_nodes: Any = None,
+) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """Build the forward and backward GraphModules for a chosen saved set.
+
+    The forward returns ``outputs + saved``; the backward takes ``saved + tangents``
+    and computes everything else it needs (the recomputation). The calling
+    convention (order of saved tensors, symints, opaque objects, seeds, backward
+    state) belongs to AOTAutograd and changes between releases, so we let torch's
+    own extractor lay it out rather than copy it.
+    """
+    kwargs: dict[str, Any] = {"num_fwd_outputs": num_fwd_outputs}
+    if "saved_opaque_nodes" in _EXTRACT_PARAMS:
+        opaque = [n for n in saved_values if is_opaque_node(n)]
+        saved_values = [n for n in saved_values if not is_opaque_node(n)]
+        kwargs["saved_opaque_nodes"] = opaque
+    if "static_lifetime_input_nodes" in _EXTRACT_PARAMS:
+        kwargs["static_lifetime_input_nodes"] = static_lifetime_input_nodes
+    return _partitioners._extract_fwd_bwd_modules(
+        joint, saved_values, saved_sym_nodes=saved_sym_nodes, **kwargs
+    )
+
+
+def cse(joint: fx.GraphModule) -> fx.GraphModule:
+    """Common-subexpression elimination, when functorch's config asks for it (default on)."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch.compile_utils import fx_graph_cse
+
+    if functorch_config.cse:
+        joint.graph = fx_graph_cse(joint.graph)
+    return joint
+
+
+def default_partition_fn():
+    """PyTorch's own partitioner, for side-by-side comparisons (never used by fxremat's plans)."""
+    return _partitioners.min_cut_rematerialization_partition
+
+
+def inductor_decompositions():
+    from torch._inductor.decomposition import select_decomp_table
+
+    return select_decomp_table()

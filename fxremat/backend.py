@@ -1,0 +1,80 @@
+"""The ``fxremat`` torch.compile backend: TorchInductor with fxremat's partitioner.
+
+Registered under the entry-point group ``torch_dynamo_backends``, so
+``torch.compile(model, backend="fxremat", options={...})`` works with no import.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import pathlib
+from typing import Any
+
+import torch.fx as fx
+
+from . import _compat, inspect
+from .options import Options
+from .partition import partition
+
+
+@functools.cache
+def _source_hash() -> str:
+    """Hash of fxremat's own code: a new version must not reuse old cached plans."""
+    root = pathlib.Path(__file__).resolve().parent
+    files = sorted(root.glob("*.py")) + sorted((root / "passes").glob("*.py"))
+    if not (root / "passes").is_dir():  # source checkout: passes/ lives beside fxremat/
+        files += sorted((root.parent / "passes").glob("*.py"))
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+class FxrematPartitioner(_compat.CustomPartitionerFn):
+    """Inductor's partition step, replaced by fxremat's planner."""
+
+    def __init__(self, options: Options):
+        self.options = options
+
+    def __call__(self, gm: fx.GraphModule, joint_inputs, **kwargs: Any):
+        fwd, bwd, plan = partition(gm, joint_inputs, options=self.options, **kwargs)
+        inspect.record(plan, self.options.debug_dir)
+        return fwd, bwd
+
+    def uuid(self) -> Any:
+        # With debug_dir every graph must be partitioned (and write its files), so the
+        # compile caches are skipped; otherwise the key covers code and every option.
+        if self.options.debug_dir is not None:
+            return None
+        return hashlib.sha256((_source_hash() + self.options.cache_key()).encode()).hexdigest()
+
+
+def fxremat_backend(gm: fx.GraphModule, example_inputs, options: dict | None = None, mode: str | None = None):
+    """``torch.compile`` backend. ``options`` are fxremat's (see the README)."""
+    opts = Options.from_user(options, mode=mode)
+    partitioner = FxrematPartitioner(opts)
+    if opts.compiler == "eager":
+        return _eager_compile(gm, example_inputs, partitioner)
+    patches: dict[str, Any] = {}
+    if opts.mode != "default":
+        patches.update(_compat.inductor_mode_options(opts.mode))
+    patches.update(dict(opts.inductor))
+    patches["custom_partitioner_fn"] = partitioner
+    return _compat.compile_fx(gm, example_inputs, config_patches=patches)
+
+
+def _eager_compile(gm, example_inputs, partitioner):
+    """AOTAutograd with fxremat's partitioner and no code generation: the partitioned
+    graphs run op by op. Fast to compile; used by partition-level tests."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    def nop(graph, _inputs):
+        return make_boxed_func(graph.forward)
+
+    backend = aot_autograd(
+        fw_compiler=nop, bw_compiler=nop, partition_fn=partitioner,
+        decompositions=_compat.inductor_decompositions(),
+    )
+    return backend(gm, example_inputs)

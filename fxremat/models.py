@@ -1,0 +1,160 @@
+"""Small bundled models: the demo's GPT and the test/benchmark zoo.
+
+Each ``make_*`` returns ``(model, example_batch)``; the step under test is
+``model(*batch)`` returning a scalar loss.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.dropout = dropout
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (y.view(b, t, self.heads, d // self.heads).transpose(1, 2) for y in (q, k, v))
+        # Explicit attention (not SDPA) so every op is visible to the partitioner.
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // self.heads)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        att = F.dropout(att, self.dropout, self.training)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        return self.proj(y)
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(dim)
+        self.attn = CausalSelfAttention(dim, heads, dropout)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+        self.dropout = dropout
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + F.dropout(self.mlp(self.ln2(x)), self.dropout, self.training)
+
+
+class GPT(nn.Module):
+    """A small GPT-style language model (token + position embeddings, pre-LN blocks)."""
+
+    def __init__(self, vocab: int = 256, dim: int = 128, heads: int = 4, layers: int = 4,
+                 seq: int = 64, dropout: float = 0.0):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(seq, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads, dropout) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx, targets):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
+class TransformerStack(nn.Module):
+    """Transformer blocks on continuous inputs, with a mean-squared loss."""
+
+    def __init__(self, dim: int = 64, heads: int = 4, layers: int = 2, dropout: float = 0.0):
+        super().__init__()
+        self.blocks = nn.Sequential(*(Block(dim, heads, dropout) for _ in range(layers)))
+
+    def forward(self, x, y):
+        return F.mse_loss(self.blocks(x), y)
+
+
+class MLP(nn.Module):
+    def __init__(self, dims=(64, 256, 256, 10)):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for a, b in zip(dims[:-1], dims[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        self.net = nn.Sequential(*layers[:-1])
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.net(x), y)
+
+
+class CNN(nn.Module):
+    """Conv + batchnorm + ReLU stages and a linear classifier."""
+
+    def __init__(self, channels=(3, 16, 32), classes: int = 10):
+        super().__init__()
+        layers: list[nn.Module] = []
+        for a, b in zip(channels[:-1], channels[1:]):
+            layers += [nn.Conv2d(a, b, 3, padding=1), nn.BatchNorm2d(b), nn.ReLU(), nn.MaxPool2d(2)]
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(channels[-1], classes)
+
+    def forward(self, x, y):
+        h = self.features(x).mean(dim=(2, 3))
+        return F.cross_entropy(self.fc(h), y)
+
+
+class InplaceNet(nn.Module):
+    """In-place ops in the forward (relu_, add_, mul_), as users write them."""
+
+    def __init__(self, dim: int = 32):
+        super().__init__()
+        self.a = nn.Linear(dim, dim)
+        self.b = nn.Linear(dim, dim)
+
+    def forward(self, x, y):
+        h = self.a(x)
+        h.relu_()
+        h.add_(1.0).mul_(0.5)
+        g = torch.sigmoid(self.b(h))
+        g.mul_(h)
+        return F.mse_loss(g, y)
+
+
+def make_gpt(batch: int = 8, seq: int = 64, vocab: int = 256, **kw):
+    model = GPT(vocab=vocab, seq=seq, **kw)
+    idx = torch.randint(0, vocab, (batch, seq))
+    return model, (idx, torch.roll(idx, -1, dims=1))
+
+
+def make_transformer(batch: int = 4, seq: int = 16, dim: int = 64, **kw):
+    model = TransformerStack(dim=dim, **kw)
+    return model, (torch.randn(batch, seq, dim), torch.randn(batch, seq, dim))
+
+
+def make_mlp(batch: int = 32):
+    model = MLP()
+    return model, (torch.randn(batch, 64), torch.randint(0, 10, (batch,)))
+
+
+def make_cnn(batch: int = 4, size: int = 16):
+    model = CNN()
+    return model, (torch.randn(batch, 3, size, size), torch.randint(0, 10, (batch,)))
+
+
+def make_inplace(batch: int = 16, dim: int = 32):
+    model = InplaceNet(dim)
+    return model, (torch.randn(batch, dim), torch.randn(batch, dim))
+
+
+ZOO = {
+    "mlp": make_mlp,
+    "transformer": make_transformer,
+    "cnn": make_cnn,
+    "inplace": make_inplace,
+    "gpt": make_gpt,
+}

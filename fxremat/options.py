@@ -1,0 +1,151 @@
+"""User options of the fxremat backend: parsing, validation, and the cache key.
+
+Options arrive through ``torch.compile(model, backend="fxremat", options={...})``.
+Every key is checked; an unknown key or a bad value raises ``OptionError`` naming
+the option and what is allowed. Nothing is forwarded to Inductor implicitly:
+Inductor settings go, explicitly, under the ``"inductor"`` key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Any
+
+SOLVERS = ("auto", "mincut")
+# Solvers designed but not built yet; asking for one says so instead of falling back.
+PLANNED_SOLVERS = ("rotor", "checkmate", "twremat")
+COMPILERS = ("inductor", "eager")
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+_UNITS = {
+    "": 1, "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+}
+
+
+class OptionError(ValueError):
+    """A user option is unknown or has a value fxremat does not accept."""
+
+
+def parse_bytes(text: str) -> int:
+    """``"6GiB"`` -> 6442450944, ``"500MB"`` -> 500000000, ``"1024"`` -> 1024."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    unit = match.group(2).upper() if match else None
+    if not match or unit not in _UNITS:
+        raise OptionError(
+            f"memory_budget={text!r}: expected a number of bytes with an optional unit "
+            f"(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. '6GiB' or '500MB'"
+        )
+    value = float(match.group(1)) * _UNITS[unit]
+    if value < 1:
+        raise OptionError(f"memory_budget={text!r}: a budget must be at least 1 byte")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """A memory budget: either absolute bytes or a fraction of the unconstrained plan."""
+
+    bytes: int | None = None
+    fraction: float | None = None
+
+    def resolve(self, unconstrained_bytes: int) -> int:
+        if self.bytes is not None:
+            return self.bytes
+        assert self.fraction is not None
+        return int(self.fraction * unconstrained_bytes)
+
+    def describe(self) -> str:
+        if self.bytes is not None:
+            return f"{self.bytes} bytes"
+        return f"{self.fraction:g} of the unconstrained plan"
+
+
+def parse_budget(value: Any) -> Budget | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise OptionError(f"memory_budget={value!r}: expected bytes (int), a size string such as '6GiB', or a fraction in (0, 1]")
+    if isinstance(value, int):
+        if value <= 0:
+            raise OptionError(f"memory_budget={value}: a byte budget must be a positive integer")
+        return Budget(bytes=value)
+    if isinstance(value, float):
+        if not 0.0 < value <= 1.0:
+            raise OptionError(
+                f"memory_budget={value!r}: a float is a fraction of the unconstrained plan's "
+                "activation memory and must lie in (0, 1]; give bytes as an int or a string such as '6GiB'"
+            )
+        return Budget(fraction=value)
+    if isinstance(value, str):
+        return Budget(bytes=parse_bytes(value))
+    raise OptionError(
+        f"memory_budget={value!r} ({type(value).__name__}): expected bytes (int), "
+        "a size string such as '6GiB', or a fraction in (0, 1]"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """Validated fxremat options. See the README's options table."""
+
+    memory_budget: Budget | None = None
+    solver: str = "auto"
+    debug_dir: str | None = None
+    compiler: str = "inductor"
+    mode: str = "default"
+    inductor: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def from_user(cls, options: dict[str, Any] | None = None, mode: str | None = None) -> "Options":
+        options = dict(options or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise OptionError(
+                f"unknown fxremat option(s) {unknown}; allowed: {sorted(known)}. "
+                "Inductor settings go under the 'inductor' key, e.g. options={'inductor': {'max_autotune': True}}"
+            )
+        solver = options.get("solver", "auto")
+        if solver in PLANNED_SOLVERS:
+            raise OptionError(
+                f"solver={solver!r} is not available in this version of fxremat yet; allowed: {list(SOLVERS)}"
+            )
+        if solver not in SOLVERS:
+            raise OptionError(f"solver={solver!r}: allowed values are {list(SOLVERS)}")
+        debug_dir = options.get("debug_dir")
+        if debug_dir is not None and not isinstance(debug_dir, (str, os.PathLike)):
+            raise OptionError(f"debug_dir={debug_dir!r}: expected a path (str or os.PathLike)")
+        compiler = options.get("compiler", "inductor")
+        if compiler not in COMPILERS:
+            raise OptionError(f"compiler={compiler!r}: allowed values are {list(COMPILERS)}")
+        mode = options.get("mode", mode) or "default"
+        if mode not in MODES:
+            raise OptionError(f"mode={mode!r}: allowed values are {list(MODES)}")
+        inductor = options.get("inductor", {}) or {}
+        if not isinstance(inductor, dict):
+            raise OptionError(f"inductor={inductor!r}: expected a dict of torch._inductor.config settings")
+        if inductor:
+            from ._compat import inductor_config_keys
+
+            bad = sorted(set(inductor) - inductor_config_keys())
+            if bad:
+                raise OptionError(f"inductor={{...}}: {bad} are not torch._inductor.config settings")
+            if "custom_partitioner_fn" in inductor:
+                raise OptionError("inductor={'custom_partitioner_fn': ...}: fxremat is the partitioner; remove this key")
+        return cls(
+            memory_budget=parse_budget(options.get("memory_budget")),
+            solver=solver,
+            debug_dir=os.fspath(debug_dir) if debug_dir is not None else None,
+            compiler=compiler,
+            mode=mode,
+            inductor=tuple(sorted(inductor.items())),
+        )
+
+    def cache_key(self) -> str:
+        """Every field, canonically: any option that can change a plan or its output files."""
+        return json.dumps(dataclasses.asdict(self), sort_keys=True, default=repr)

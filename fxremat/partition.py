@@ -1,0 +1,301 @@
+"""The fxremat partitioner: joint graph -> (forward graph, backward graph, plan).
+
+Small steps, each doing one thing:
+
+1. ``classify``: which nodes the forward can compute (V_f), which the forward
+   outputs need, which the backward needs.
+2. ``mincut_problem``: the joint graph as an abstract min-cut problem, with
+   bans and capacities from the fusion-aware cost model.
+3. ``passes.mincut.solve``: the saved set.
+4. ``_compat.extract_fwd_bwd_modules``: forward and backward graphs with
+   AOTAutograd's calling convention.
+5. ``place_recomputations``: every recomputed node just before its first use.
+6. ``timeline.predict``: the predicted memory timeline, checked against the budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from . import _compat, oplib
+from .options import Options
+from .passes import mincut
+from .passes.memory import Timeline
+from .sizes import describe, is_multi_output, is_tensor_node, node_bytes, storage_of
+from .timeline import predict
+
+# Saving a node ``d`` ops away from the backward costs (1 + REWEIGHT * d) times its
+# bytes: a tie-break that prefers saving values close to the backward, which need
+# the shortest recomputation (Yu & He, section 3.4).
+REWEIGHT = 0.01
+REWEIGHT_MAX_DISTANCE = 100
+# Reductions whose output is this many times smaller than their input are saved,
+# never recomputed (Yu & He, section 3.4).
+SMALL_REDUCTION_RATIO = 4
+
+
+class BudgetError(ValueError):
+    """The memory budget cannot be met by the available solvers."""
+
+
+@dataclasses.dataclass
+class NodeClasses:
+    forward: set[fx.Node]  # V_f: computable from the forward inputs alone
+    required_forward: set[fx.Node]  # needed by the forward's outputs
+    inputs: list[fx.Node]  # primals and forward RNG seeds
+    fwd_outputs: list[fx.Node]
+    bwd_outputs: list[fx.Node]
+    distance_to_backward: dict[fx.Node, int]
+
+
+def classify(joint: fx.GraphModule, num_fwd_outputs: int) -> NodeClasses:
+    fwd_outputs, bwd_outputs = _compat.fwd_bwd_outputs(joint, num_fwd_outputs)
+    forward: set[fx.Node] = set()
+    inputs: list[fx.Node] = []
+    for node in joint.graph.nodes:
+        if node.op == "placeholder":
+            if _compat.is_primal(node) or _compat.is_fwd_seed_offset(node):
+                forward.add(node)
+                inputs.append(node)
+        elif node.op == "get_attr":
+            forward.add(node)
+        elif node.op == "call_function":
+            if all(a in forward for a in node.all_input_nodes) and not _compat.must_be_in_backward(node):
+                forward.add(node)
+    required: set[fx.Node] = set()
+    stack = [n for n in fwd_outputs if isinstance(n, fx.Node)]
+    while stack:
+        node = stack.pop()
+        if node in required or node not in forward:
+            continue
+        required.add(node)
+        stack.extend(node.all_input_nodes)
+    distance: dict[fx.Node, int] = {}
+    for node in reversed(joint.graph.nodes):
+        if node not in forward:
+            distance[node] = 0
+        else:
+            distance[node] = min((distance[u] + 1 for u in node.users if u.op != "output"),
+                                 default=REWEIGHT_MAX_DISTANCE)
+    return NodeClasses(forward, required, inputs, list(fwd_outputs), list(bwd_outputs), distance)
+
+
+def ban_reason(node: fx.Node, classes: NodeClasses) -> str | None:
+    """Why a forward node must not be recomputed in the backward, or None if it may be."""
+    if _compat.is_must_save(node):
+        return "must_save"
+    if oplib.is_random(node):
+        return "random"  # recomputing would draw new numbers
+    if _compat.is_sym_node(node):
+        return "symint"  # a few bytes; recomputing shape arithmetic buys nothing
+    if node not in classes.required_forward:
+        # Only the backward uses it: computing it there is not a recomputation.
+        return None
+    if oplib.is_getitem(node):
+        return None  # an item of a tuple: free to read again if its producer is kept
+    if oplib.is_compute_intensive(node):
+        return "compute_intensive"
+    if not oplib.is_fusible(node):
+        return "unfusible"
+    if any(u not in classes.forward and u.op != "output" and not oplib.fusible_pair(node, u) for u in node.users):
+        # The backward materializes it anyway (Lemma 3.1): recomputing saves no traffic.
+        return "unfusible_backward_user"
+    if oplib.is_reduction(node):
+        in_bytes = max((node_bytes(a) for a in node.all_input_nodes), default=0)
+        if node_bytes(node) * SMALL_REDUCTION_RATIO <= in_bytes:
+            return "small_reduction"
+    return None
+
+
+def is_materialized(node: fx.Node, classes: NodeClasses) -> bool:
+    """Algorithm 2: written to memory by the forward whatever the plan."""
+    if node.op == "placeholder" or node in classes.fwd_outputs:
+        return True
+    if not oplib.is_fusible(node):
+        return True
+    return any(not oplib.fusible_pair(node, u) for u in node.users if u.op != "output")
+
+
+def mincut_problem(joint: fx.GraphModule, classes: NodeClasses) -> tuple[mincut.MinCutProblem, dict[str, str]]:
+    nodes = [n for n in joint.graph.nodes if n.op != "output"]
+    banned: dict[str, str] = {}
+    weight: dict[str, float] = {}
+    unsaveable: set[str] = set()
+    must_recompute: set[str] = set()
+    materialized: set[str] = set()
+    for node in nodes:
+        if node not in classes.forward:
+            continue
+        reason = None if node.op in ("placeholder", "get_attr") else ban_reason(node, classes)
+        if reason:
+            banned[node.name] = reason
+        if node.op == "get_attr" or is_multi_output(node):
+            unsaveable.add(node.name)  # constants are in both graphs; tuples are saved item by item
+        elif not is_tensor_node(node) and not _compat.is_sym_node(node):
+            unsaveable.add(node.name)
+        if _compat.is_must_recompute(node) and not reason:
+            must_recompute.add(node.name)
+        if is_materialized(node, classes):
+            materialized.add(node.name)
+        size = max(node_bytes(node), 1)  # symints weigh a byte: cheap to save, never free
+        weight[node.name] = size * (1 + REWEIGHT * min(classes.distance_to_backward[node], REWEIGHT_MAX_DISTANCE))
+    problem = mincut.MinCutProblem(
+        nodes=[n.name for n in nodes],
+        edges=[(a.name, n.name) for n in nodes for a in n.all_input_nodes],
+        forward={n.name for n in classes.forward},
+        inputs={n.name for n in classes.inputs},
+        weight=weight,
+        materialized=materialized,
+        banned=set(banned),
+        must_recompute=must_recompute,
+        unsaveable=unsaveable,
+    )
+    return problem, banned
+
+
+def place_recomputations(bwd: fx.GraphModule, forward_names: set[str]) -> fx.GraphModule:
+    """Move each node the backward recomputes to just before its first user, so a
+    recomputed value is alive only while it is needed (and Inductor, which keeps
+    the order it is given, frees it as early)."""
+    graph = bwd.graph
+    for node in reversed(list(graph.nodes)):
+        if node.op != "call_function" or node.name not in forward_names or not node.users:
+            continue
+        first_user = min(node.users, key=_position(graph))
+        if first_user.op == "output":
+            continue
+        first_user.prepend(node)
+    graph.lint()
+    bwd.recompile()
+    return bwd
+
+
+def _position(graph: fx.Graph):
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    return lambda n: order[n]
+
+
+@dataclasses.dataclass
+class Plan:
+    """What fxremat decided for one compiled graph."""
+
+    graph_id: str
+    solver: str
+    saved: list[dict]  # name, shape, dtype, bytes: values handed from forward to backward
+    saved_activation_bytes: int  # saved values' bytes, less those aliasing the step's inputs
+    recomputed: list[str]  # forward nodes the backward computes again
+    banned: dict[str, str]  # node -> why it may not be recomputed
+    cut_cost: float
+    timeline: Timeline
+    budget_bytes: int | None
+    forward_code: str = ""
+    backward_code: str = ""
+
+    @property
+    def predicted_peak_bytes(self) -> int:
+        return self.timeline.peak_bytes
+
+    @property
+    def saved_names(self) -> list[str]:
+        return [s["name"] for s in self.saved]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "graph_id": self.graph_id,
+            "solver": self.solver,
+            "saved": self.saved,
+            "saved_activation_bytes": self.saved_activation_bytes,
+            "recomputed": self.recomputed,
+            "banned": self.banned,
+            "cut_cost": self.cut_cost,
+            "budget_bytes": self.budget_bytes,
+            "predicted_peak_bytes": self.predicted_peak_bytes,
+            "predicted_peak_at": self.timeline.peak_step,
+            "timeline": self.timeline.as_records(),
+        }
+
+
+def graph_fingerprint(joint: fx.GraphModule) -> str:
+    return hashlib.sha256(joint.code.encode()).hexdigest()[:12]
+
+
+def partition(
+    joint: fx.GraphModule,
+    joint_inputs: Any,
+    *,
+    num_fwd_outputs: int,
+    options: Options,
+    static_lifetime_input_indices: list[int] | None = None,
+    **_: Any,
+) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+    joint.graph.eliminate_dead_code()
+    joint.recompile()
+    joint = _compat.cse(joint)
+    joint.recompile()
+    _compat.force_save_special_ops(joint)
+    graph_id = graph_fingerprint(joint)
+    classes = classify(joint, num_fwd_outputs)
+    problem, banned = mincut_problem(joint, classes)
+    solution = mincut.solve(problem)
+    by_name = {n.name: n for n in joint.graph.nodes}
+    chosen = [by_name[name] for name in problem.nodes if name in solution.saved]  # graph order: reproducible
+    saved_sym = [n for n in chosen if _compat.is_sym_node(n)]
+    saved_values = [n for n in chosen if not _compat.is_sym_node(n)]
+    primals = [n for n in joint.graph.nodes if n.op == "placeholder" and _compat.is_primal(n)]
+    static_nodes = {primals[i] for i in (static_lifetime_input_indices or []) if i < len(primals)}
+    fwd, bwd = _compat.extract_fwd_bwd_modules(
+        joint, saved_values, saved_sym, num_fwd_outputs=num_fwd_outputs,
+        static_lifetime_input_nodes=static_nodes,
+    )
+    fwd_names = {n.name for n in fwd.graph.nodes if n.op == "call_function"}
+    bwd = place_recomputations(bwd, fwd_names | {n.name for n in classes.forward})
+    bwd_inputs = {n.name for n in bwd.graph.find_nodes(op="placeholder")}
+    saved_final = [n for n in saved_values if n.name in bwd_inputs]  # torch drops unused ones
+    recomputed = [n.name for n in bwd.graph.nodes if n.op == "call_function" and n.name in fwd_names]
+    timeline = predict(fwd, bwd, num_fwd_outputs)
+    input_names = {n.name for n in classes.inputs}
+    plan = Plan(
+        graph_id=graph_id,
+        solver="mincut",
+        saved=[describe(n) for n in saved_final] + [describe(n) for n in saved_sym if n.name in bwd_inputs],
+        saved_activation_bytes=sum(node_bytes(n) for n in saved_final if storage_of(n) not in input_names),
+        recomputed=recomputed,
+        banned=banned,
+        cut_cost=solution.cost,
+        timeline=timeline,
+        budget_bytes=None,
+        forward_code=fwd.code,
+        backward_code=bwd.code,
+    )
+    check_budget(plan, options)
+    return fwd, bwd, plan
+
+
+def check_budget(plan: Plan, options: Options) -> None:
+    """Min-cut is the only solver so far: it has one plan, and a budget it misses is an error."""
+    if options.memory_budget is None:
+        return
+    plan.budget_bytes = options.memory_budget.resolve(plan.predicted_peak_bytes)
+    if plan.predicted_peak_bytes <= plan.budget_bytes:
+        return
+    raise BudgetError(
+        f"fxremat: memory_budget={options.memory_budget.describe()} ({_fmt(plan.budget_bytes)}) cannot be met "
+        f"for graph {plan.graph_id}: the min-cut plan's predicted peak is {_fmt(plan.predicted_peak_bytes)} "
+        f"(saved activations {_fmt(plan.saved_activation_bytes)}), and that is the smallest peak the "
+        f"available solvers ({options.solver!r}: min-cut) reach. The budgeted solvers that recompute "
+        f"further (rotor, checkmate, twremat) are not in this version yet. Allowed: a budget of at least "
+        f"{plan.predicted_peak_bytes} bytes, or the fraction 1.0."
+    )
+
+
+def _fmt(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes} B"

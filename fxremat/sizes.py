@@ -1,0 +1,65 @@
+"""Bytes of FX nodes, from their fake-tensor metadata.
+
+Symbolic sizes are evaluated with the shape environment's hints for planning.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+from . import oplib
+
+
+def _hint(value) -> int:
+    if isinstance(value, torch.SymInt):
+        node = value.node
+        hint = getattr(node, "hint", None)
+        if hint is None:
+            hint = node.shape_env.size_hint(node.expr)
+        return int(hint)
+    return int(value)
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return _hint(t.numel()) * t.element_size()
+
+
+def _flat_tensors(val) -> list[torch.Tensor]:
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, (list, tuple)):
+        return [t for v in val for t in _flat_tensors(v)]
+    return []
+
+
+def node_bytes(node: fx.Node) -> int:
+    """Bytes of the value(s) the node produces (all items of a multi-output node)."""
+    return sum(tensor_bytes(t) for t in _flat_tensors(node.meta.get("val")))
+
+
+def is_tensor_node(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), torch.Tensor)
+
+
+def is_multi_output(node: fx.Node) -> bool:
+    return isinstance(node.meta.get("val"), (list, tuple))
+
+
+def storage_of(node: fx.Node) -> str | None:
+    """Name of the node that allocated the storage ``node`` lives in: views and aliases
+    share their base's storage, so each storage is counted once."""
+    while node.op == "call_function" and oplib.is_view(node) and node.args and isinstance(node.args[0], fx.Node):
+        node = node.args[0]
+    if not _flat_tensors(node.meta.get("val")):
+        return None
+    return node.name
+
+
+def describe(node: fx.Node) -> dict:
+    """Name, shape, dtype and bytes of a tensor node, for reports."""
+    val = node.meta.get("val")
+    if isinstance(val, torch.Tensor):
+        return {"name": node.name, "shape": [str(s) for s in val.shape], "dtype": str(val.dtype).replace("torch.", ""),
+                "bytes": tensor_bytes(val)}
+    return {"name": node.name, "shape": None, "dtype": type(val).__name__, "bytes": 0}
