@@ -155,3 +155,30 @@ def inductor_decompositions():
     from torch._inductor.decomposition import select_decomp_table
 
     return select_decomp_table()
+
+
+def autograd_cache_disabled():
+    """Context manager: no AOTAutograd cache lookups, so the partitioner runs on every compile."""
+    from torch._functorch import config as functorch_config
+
+    return functorch_config.patch(enable_autograd_cache=False)
+
+
+# --- Profiler -------------------------------------------------------------------
+
+
+def cpu_allocation_events(prof) -> list[tuple[int, int, int]]:
+    """``(start_ns, address, bytes)`` of every CPU allocation (bytes > 0) and free
+    (bytes < 0) that a stopped ``torch.profiler.profile(profile_memory=True)``
+    recorded, walked in the profiler's event-tree order. The public
+    ``prof.events()`` has no addresses, and lists as ``"[memory]"`` only the events
+    outside every operator."""
+    from torch._C._profiler import _EventType
+
+    def walk(nodes):
+        for node in nodes:
+            if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
+                yield node.start_time_ns, node.extra_fields.ptr, node.extra_fields.alloc_size
+            yield from walk(node.children)
+
+    return list(walk(prof.profiler.kineto_results.experimental_event_tree()))

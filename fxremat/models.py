@@ -109,7 +109,7 @@ class CNN(nn.Module):
 
 
 class InplaceNet(nn.Module):
-    """In-place ops in the forward (relu_, add_, mul_), as users write them."""
+    """In-place ops in the forward (mul_, add_, relu_), as users write them."""
 
     def __init__(self, dim: int = 32):
         super().__init__()
@@ -118,10 +118,10 @@ class InplaceNet(nn.Module):
 
     def forward(self, x, y):
         h = self.a(x)
+        h.mul_(0.5).add_(1.0)
         h.relu_()
-        h.add_(1.0).mul_(0.5)
-        g = torch.sigmoid(self.b(h))
-        g.mul_(h)
+        g = torch.tanh(self.b(h)) * h
+        g.add_(h)
         return F.mse_loss(g, y)
 
 

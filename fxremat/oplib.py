@@ -66,8 +66,10 @@ def is_random(node: fx.Node) -> bool:
 
 
 def is_view(node: fx.Node) -> bool:
+    """Returns an alias of its first input: by schema, or ``_unsafe_view`` (which shares
+    storage at run time though its schema does not say so)."""
     op = _overload(node)
-    return op is not None and op.is_view
+    return op is not None and (op.is_view or op.overloadpacket is aten._unsafe_view)
 
 
 def is_getitem(node: fx.Node) -> bool:

@@ -97,13 +97,13 @@ def ban_reason(node: fx.Node, classes: NodeClasses) -> str | None:
     if node not in classes.required_forward:
         # Only the backward uses it: computing it there is not a recomputation.
         return None
-    if oplib.is_getitem(node):
-        return None  # an item of a tuple: free to read again if its producer is kept
+    if oplib.is_getitem(node) or oplib.is_view(node):
+        return None  # free to take again from what it aliases: never worth a ban
     if oplib.is_compute_intensive(node):
         return "compute_intensive"
     if not oplib.is_fusible(node):
         return "unfusible"
-    if any(u not in classes.forward and u.op != "output" and not oplib.fusible_pair(node, u) for u in node.users):
+    if any(u not in classes.forward and not oplib.fusible_pair(node, u) for u in _consumers(node)):
         # The backward materializes it anyway (Lemma 3.1): recomputing saves no traffic.
         return "unfusible_backward_user"
     if oplib.is_reduction(node):
@@ -113,13 +113,26 @@ def ban_reason(node: fx.Node, classes: NodeClasses) -> str | None:
     return None
 
 
+def _consumers(node: fx.Node) -> list[fx.Node]:
+    """The ops that read ``node``'s data, looking through views (a view reads nothing)."""
+    found = []
+    for user in node.users:
+        if user.op == "output":
+            continue
+        if oplib.is_view(user):
+            found.extend(_consumers(user))
+        else:
+            found.append(user)
+    return found
+
+
 def is_materialized(node: fx.Node, classes: NodeClasses) -> bool:
     """Algorithm 2: written to memory by the forward whatever the plan."""
     if node.op == "placeholder" or node in classes.fwd_outputs:
         return True
     if not oplib.is_fusible(node):
         return True
-    return any(not oplib.fusible_pair(node, u) for u in node.users if u.op != "output")
+    return any(not oplib.fusible_pair(node, u) for u in _consumers(node))
 
 
 def mincut_problem(joint: fx.GraphModule, classes: NodeClasses) -> tuple[mincut.MinCutProblem, dict[str, str]]:
@@ -129,6 +142,7 @@ def mincut_problem(joint: fx.GraphModule, classes: NodeClasses) -> tuple[mincut.
     unsaveable: set[str] = set()
     must_recompute: set[str] = set()
     materialized: set[str] = set()
+    input_names = {n.name for n in classes.inputs}
     for node in nodes:
         if node not in classes.forward:
             continue
@@ -137,6 +151,10 @@ def mincut_problem(joint: fx.GraphModule, classes: NodeClasses) -> tuple[mincut.
             banned[node.name] = reason
         if node.op == "get_attr" or is_multi_output(node):
             unsaveable.add(node.name)  # constants are in both graphs; tuples are saved item by item
+        elif oplib.is_view(node) and storage_of(node) not in input_names:
+            # Save the base, not the view: two saved tensors sharing a storage would let
+            # Inductor's backward reuse (donate) one buffer while the other still reads it.
+            unsaveable.add(node.name)
         elif not is_tensor_node(node) and not _compat.is_sym_node(node):
             unsaveable.add(node.name)
         if _compat.is_must_recompute(node) and not reason:
@@ -189,7 +207,7 @@ class Plan:
     solver: str
     saved: list[dict]  # name, shape, dtype, bytes: values handed from forward to backward
     saved_activation_bytes: int  # saved values' bytes, less those aliasing the step's inputs
-    recomputed: list[str]  # forward nodes the backward computes again
+    recomputed: list[dict]  # name, op: forward nodes the backward computes again
     banned: dict[str, str]  # node -> why it may not be recomputed
     cut_cost: float
     timeline: Timeline
@@ -257,14 +275,16 @@ def partition(
     bwd = place_recomputations(bwd, fwd_names | {n.name for n in classes.forward})
     bwd_inputs = {n.name for n in bwd.graph.find_nodes(op="placeholder")}
     saved_final = [n for n in saved_values if n.name in bwd_inputs]  # torch drops unused ones
-    recomputed = [n.name for n in bwd.graph.nodes if n.op == "call_function" and n.name in fwd_names]
+    _check_no_aliasing(saved_final, {n.name for n in classes.inputs})
+    recomputed = [{"name": n.name, "op": str(n.target)} for n in bwd.graph.nodes
+                  if n.op == "call_function" and n.name in fwd_names]
     timeline = predict(fwd, bwd, num_fwd_outputs)
     input_names = {n.name for n in classes.inputs}
     plan = Plan(
         graph_id=graph_id,
         solver="mincut",
         saved=[describe(n) for n in saved_final] + [describe(n) for n in saved_sym if n.name in bwd_inputs],
-        saved_activation_bytes=sum(node_bytes(n) for n in saved_final if storage_of(n) not in input_names),
+        saved_activation_bytes=_activation_bytes(saved_final, by_name, input_names),
         recomputed=recomputed,
         banned=banned,
         cut_cost=solution.cost,
@@ -275,6 +295,23 @@ def partition(
     )
     check_budget(plan, options)
     return fwd, bwd, plan
+
+
+def _check_no_aliasing(saved: list[fx.Node], input_names: set[str]) -> None:
+    seen: dict[str, str] = {}
+    for node in saved:
+        base = storage_of(node)
+        if base is None or base in input_names:
+            continue
+        if base in seen:
+            raise AssertionError(f"fxremat bug: saved tensors {seen[base]} and {node.name} share a storage")
+        seen[base] = node.name
+
+
+def _activation_bytes(saved: list[fx.Node], by_name: dict[str, fx.Node], input_names: set[str]) -> int:
+    """Bytes of the storages behind ``saved``, each once, less those the step's inputs own."""
+    storages = {storage_of(n) for n in saved} - input_names - {None}
+    return sum(node_bytes(by_name[s]) for s in storages)
 
 
 def check_budget(plan: Plan, options: Options) -> None:

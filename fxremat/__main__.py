@@ -1,0 +1,5 @@
+"""``python -m fxremat``: the ``fxremat`` command."""
+
+from .cli import main
+
+raise SystemExit(main())

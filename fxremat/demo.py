@@ -1,0 +1,285 @@
+"""``fxremat demo``: train a small GPT three ways and compare them.
+
+The strategies are eager PyTorch, ``torch.compile`` with Inductor's own
+partitioner, and ``torch.compile(backend="fxremat")``. Each starts from the
+same initial weights and trains with SGD on one fixed batch; the demo reports
+step time, the bytes of activations saved for backward and the peak memory of
+a training step (measured by ``fxremat.measure``, independently of fxremat's
+predictor), and checks that the three agree on the losses.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import torch
+import torch._dynamo
+
+from . import _compat, inspect
+from .measure import measure_peak_bytes, saved_activation_bytes, time_steps
+from .models import make_gpt
+from .options import OptionError
+from .partition import BudgetError
+
+LOSS_RTOL = 1e-4  # fp32; Inductor reorders reductions, so losses agree closely, not bitwise
+LOSS_ATOL = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoConfig:
+    steps: int = 10  # timed (warm) steps per strategy
+    layers: int = 2
+    batch: int = 8
+    seq: int = 64
+    dim: int = 128
+    heads: int = 4
+    vocab: int = 256
+    budget: int | float | str | None = None  # fxremat's memory_budget option
+    lr: float = 0.1
+    seed: int = 0
+
+
+# --quick: a model small enough for a smoke run; its compiles take seconds.
+QUICK = dict(steps=3, layers=1, batch=2, seq=16, dim=32, heads=2, vocab=64)
+
+
+@dataclasses.dataclass
+class Result:
+    strategy: str
+    first_step_s: float  # includes compilation for the compiled strategies
+    step_times: list[float]
+    saved_bytes: int
+    peak_bytes: int
+    losses: list[float]
+    predicted_peak_bytes: int | None = None
+    plans: int = 0  # fxremat plans made (one per compiled graph)
+
+
+class Progress:
+    """A one-line progress bar on stderr.
+
+    A compile is one long call that reports nothing, so a background thread
+    redraws the bar (with the current stage and its elapsed seconds) while the
+    main thread is busy. When stderr is not a terminal, each stage is printed
+    once on its own line instead.
+    """
+
+    WIDTH = 24
+
+    def __init__(self, total: int, stream: TextIO = sys.stderr, interval: float = 0.1):
+        self.total = total
+        self.done = 0
+        self.stage = ""
+        self.stream = stream
+        self.interval = interval
+        self.animated = stream.isatty()
+        self._start = self._stage_start = time.monotonic()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._animate, daemon=True)
+
+    def __enter__(self) -> Progress:
+        if self.animated:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self.animated:
+            self._thread.join()
+            with self._lock:
+                self.stream.write("\r\x1b[K")
+                self.stream.flush()
+
+    def set_stage(self, stage: str) -> None:
+        with self._lock:
+            self.stage = stage
+            self._stage_start = time.monotonic()
+            if not self.animated:
+                self.stream.write(f"[{self._stage_start - self._start:6.1f}s] {stage}\n")
+                self.stream.flush()
+
+    def advance(self) -> None:
+        with self._lock:
+            self.done += 1
+
+    def _animate(self) -> None:
+        while not self._stop.wait(self.interval):
+            with self._lock:
+                now = time.monotonic()
+                filled = self.WIDTH * self.done // self.total
+                self.stream.write(
+                    f"\r[{'#' * filled}{'-' * (self.WIDTH - filled)}] {self.done}/{self.total} "
+                    f"{self.stage} {now - self._stage_start:5.1f}s (total {now - self._start:.0f}s)\x1b[K"
+                )
+                self.stream.flush()
+
+
+def strategies(config: DemoConfig) -> list[tuple[str, Callable[[torch.nn.Module], Callable]]]:
+    options = {} if config.budget is None else {"memory_budget": config.budget}
+    return [
+        ("eager", lambda model: model),
+        ("inductor", lambda model: torch.compile(model)),
+        ("fxremat", lambda model: torch.compile(model, backend="fxremat", options=options)),
+    ]
+
+
+def run_strategy(name: str, wrap: Callable, base_model: torch.nn.Module, batch: tuple,
+                 config: DemoConfig, progress: Progress) -> Result:
+    torch._dynamo.reset()
+    inspect.clear()
+    model = copy.deepcopy(base_model)
+    fn = wrap(model)
+    opt = torch.optim.SGD(model.parameters(), lr=config.lr)
+    losses: list[float] = []
+
+    def step() -> None:
+        loss = fn(*batch)
+        loss.backward()
+        opt.step()
+        # Gradients are dropped at the end of the step that made them, so a profiled
+        # step frees nothing allocated before it (measure_peak_bytes ignores such frees).
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+
+    def counted_step() -> None:
+        step()
+        progress.advance()
+
+    progress.set_stage(f"{name}: {'first step' if name == 'eager' else 'compiling + first step'}")
+    start = time.perf_counter()
+    if name == "fxremat":
+        # On an AOTAutograd cache hit the partitioner does not run, and no plan
+        # (with the predicted peak) would be recorded; Inductor's kernel caches stay on.
+        with _compat.autograd_cache_disabled():
+            counted_step()
+    else:
+        counted_step()
+    first_step_s = time.perf_counter() - start
+
+    progress.set_stage(f"{name}: {config.steps} timed steps")
+    step_times = time_steps(counted_step, warmup=0, steps=config.steps)
+
+    progress.set_stage(f"{name}: saved activations")
+    exclude = [*model.parameters(), *model.buffers(), *batch]
+    saved = saved_activation_bytes(lambda: fn(*batch), exclude=exclude)
+    progress.advance()
+
+    progress.set_stage(f"{name}: profiling a step")
+    peak = measure_peak_bytes(counted_step)["peak_bytes"]
+
+    plans = inspect.plans()
+    predicted = plans[-1].predicted_peak_bytes if name == "fxremat" and plans else None
+    return Result(name, first_step_s, step_times, saved, peak, losses, predicted, len(plans))
+
+
+def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> int:
+    """Run the demo and print its report; the exit status is 1 if the losses disagree."""
+    torch.manual_seed(config.seed)
+    base_model, batch = make_gpt(batch=config.batch, seq=config.seq, vocab=config.vocab,
+                                 dim=config.dim, heads=config.heads, layers=config.layers)
+    print(
+        f"fxremat demo: GPT with {config.layers} layers, dim {config.dim}, {config.heads} heads, "
+        f"vocab {config.vocab}, {sum(p.numel() for p in base_model.parameters()):,} parameters; "
+        f"batch {config.batch} x seq {config.seq}; SGD, 1 + {config.steps} + 1 steps per strategy; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads",
+        file=out, flush=True,
+    )
+    chosen = strategies(config)
+    results: list[Result] = []
+    error = None
+    # Per strategy: first step, timed steps, the saved-activations forward, the profiled step.
+    with Progress(total=len(chosen) * (config.steps + 3)) as progress:
+        for name, wrap in chosen:
+            try:
+                results.append(run_strategy(name, wrap, base_model, batch, config, progress))
+            except Exception as exc:
+                cause = _user_error(exc)
+                if cause is None:
+                    raise
+                error = str(cause)  # fxremat's messages name fxremat and the option
+                break
+    torch._dynamo.reset()
+    print(format_table(results), file=out)
+    for r in results:
+        if r.strategy == "fxremat" and r.plans != 1:
+            # A graph break splits the step into graphs whose peaks do not simply add up.
+            print(f"note: fxremat made {r.plans} plans (one per graph); the predicted peak is the last one's", file=out)
+    if error is not None:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return report_losses(results, out)
+
+
+def _user_error(exc: BaseException) -> BaseException | None:
+    """The BudgetError or OptionError behind ``exc``, if any: Dynamo wraps errors
+    raised inside a backend in its own exception types."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (BudgetError, OptionError)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def format_table(results: list[Result]) -> str:
+    header = ["strategy", "first step s", "step ms (median)", "saved activations",
+              "peak (measured)", "peak (predicted)", "final loss"]
+    rows = [header]
+    for r in results:
+        rows.append([
+            r.strategy,
+            f"{r.first_step_s:.2f}",
+            f"{1000 * statistics.median(r.step_times):.2f}",
+            format_bytes(r.saved_bytes),
+            format_bytes(r.peak_bytes),
+            "-" if r.predicted_peak_bytes is None else format_bytes(r.predicted_peak_bytes),
+            f"{r.losses[-1]:.6f}",
+        ])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def report_losses(results: list[Result], out: TextIO) -> int:
+    reference = results[0]
+    worst = 0.0
+    for r in results[1:]:
+        for a, b in zip(reference.losses, r.losses):
+            if not math.isclose(a, b, rel_tol=LOSS_RTOL, abs_tol=LOSS_ATOL):
+                print(f"losses DIFFER: {reference.strategy} {reference.losses} vs {r.strategy} {r.losses}", file=out)
+                return 1
+            worst = max(worst, abs(a - b) / max(abs(a), 1e-12))
+    print(
+        f"losses agree: all {len(reference.losses)} steps of every strategy match {reference.strategy} "
+        f"within rtol {LOSS_RTOL:g} (largest relative difference {worst:.1e})",
+        file=out,
+    )
+    print(
+        "saved activations: storages saved for backward, less parameters and the batch (saved_tensors_hooks).\n"
+        "peak (measured): bytes allocated by one warm training step (forward, backward, SGD update) above\n"
+        "  what was live before it (profiler allocation events). peak (predicted): fxremat's timeline of\n"
+        "  the compiled forward and backward.",
+        file=out,
+    )
+    return 0
+
+
+def format_bytes(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes} B"

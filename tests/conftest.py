@@ -1,0 +1,53 @@
+import copy
+
+import pytest
+import torch
+
+import fxremat
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    fxremat.inspect.clear()
+    yield
+    torch._dynamo.reset()
+
+
+def plan_of(fn, *args, **options):
+    """Compile ``fn`` with fxremat at the partition level (no Inductor codegen), run
+    forward and backward once, and return (outputs, the plan)."""
+    compiled = torch.compile(fn, backend="fxremat", options={"compiler": "eager", **options})
+    out = compiled(*args)
+    out.sum().backward()
+    plans = fxremat.inspect.plans()
+    assert len(plans) == 1, f"expected one compiled graph, got {len(plans)}"
+    return out, plans[0]
+
+
+def train_step_matches_eager(make, compiler="eager", dtype=torch.float64, steps=2, **options):
+    """Run ``steps`` training steps eagerly and under fxremat from the same weights;
+    return the largest relative difference of losses, gradients and buffers."""
+    torch.manual_seed(0)
+    model, batch = make()
+    model = model.to(dtype)
+    batch = tuple(b.to(dtype) if b.is_floating_point() else b for b in batch)
+    eager, ours = model, copy.deepcopy(model)
+    compiled = torch.compile(ours, backend="fxremat", options={"compiler": compiler, **options})
+    worst = 0.0
+    for _ in range(steps):
+        results = []
+        for m, f in ((eager, eager), (ours, compiled)):
+            m.zero_grad(set_to_none=True)
+            loss = f(*batch)
+            loss.backward()
+            with torch.no_grad():
+                for p in m.parameters():
+                    p -= 0.1 * p.grad
+            results.append([loss.detach()] + [p.grad for p in m.parameters()] + list(m.buffers()))
+        for a, b in zip(*results):
+            # Relative to the tensor's scale; gradients that are zero in exact arithmetic
+            # (a conv bias before batchnorm) are compared absolutely, at 1e-3.
+            scale = max(a.abs().max().item(), 1e-3) if a.is_floating_point() else 1.0
+            worst = max(worst, (a.double() - b.double()).abs().max().item() / scale)
+    return worst
