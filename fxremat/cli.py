@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seq", type=_positive_int, help="sequence length (default 64)")
     demo.add_argument("--dim", type=_positive_int, help="model width (default 128)")
     demo.add_argument("--heads", type=_positive_int, help="attention heads; must divide --dim (default 4)")
+    demo.add_argument("--threads", type=_positive_int,
+                      help="CPU threads (torch.set_num_threads; default: torch's). On a busy machine, "
+                           "Inductor's OpenMP kernels can slow down badly with more threads than free cores")
     demo.add_argument("--budget", type=_budget,
                       help="fxremat memory_budget: bytes ('24MiB', '1000000') or a fraction of the "
                            "unconstrained plan's peak ('0.9')")

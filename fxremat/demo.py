@@ -43,6 +43,7 @@ class DemoConfig:
     heads: int = 4
     vocab: int = 256
     budget: int | float | str | None = None  # fxremat's memory_budget option
+    threads: int | None = None  # torch.set_num_threads; None keeps torch's default
     lr: float = 0.1
     seed: int = 0
 
@@ -135,7 +136,7 @@ def strategies(config: DemoConfig) -> list[tuple[str, Callable[[torch.nn.Module]
 def run_strategy(name: str, wrap: Callable, base_model: torch.nn.Module, batch: tuple,
                  config: DemoConfig, progress: Progress) -> Result:
     torch._dynamo.reset()
-    inspect.clear()
+    inspect.clear()  # so that plans() below are this strategy's
     model = copy.deepcopy(base_model)
     fn = wrap(model)
     opt = torch.optim.SGD(model.parameters(), lr=config.lr)
@@ -182,7 +183,10 @@ def run_strategy(name: str, wrap: Callable, base_model: torch.nn.Module, batch: 
 
 
 def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> int:
-    """Run the demo and print its report; the exit status is 1 if the losses disagree."""
+    """Run the demo and print its report; the exit status is 1 if the losses disagree,
+    2 if fxremat rejects the budget. Clears ``fxremat.inspect``'s plans."""
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     base_model, batch = make_gpt(batch=config.batch, seq=config.seq, vocab=config.vocab,
                                  dim=config.dim, heads=config.heads, layers=config.layers)
@@ -190,7 +194,7 @@ def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> int:
         f"fxremat demo: GPT with {config.layers} layers, dim {config.dim}, {config.heads} heads, "
         f"vocab {config.vocab}, {sum(p.numel() for p in base_model.parameters()):,} parameters; "
         f"batch {config.batch} x seq {config.seq}; SGD, 1 + {config.steps} + 1 steps per strategy; "
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads",
+        f"torch {torch.__version__}, {_plural(torch.get_num_threads(), 'thread')}",
         file=out, flush=True,
     )
     chosen = strategies(config)
@@ -283,3 +287,7 @@ def format_bytes(nbytes: int) -> str:
         if nbytes >= scale:
             return f"{nbytes / scale:.2f} {unit}"
     return f"{nbytes} B"
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -51,7 +51,9 @@ def _cheap_fusible() -> frozenset:
         "arange", "iota", "cat", "constant_pad_nd", "slice_scatter", "select_scatter", "expand_copy",
         "view_copy", "permute_copy", "squeeze_copy", "unsqueeze_copy", "t_copy",
     ]
-    return frozenset(getattr(aten, n) for n in packets if hasattr(aten, n))
+    found = {getattr(aten, n) for n in packets if hasattr(aten, n)}
+    found |= {getattr(prims, n) for n in ("iota", "convert_element_type", "broadcast_in_dim") if hasattr(prims, n)}
+    return frozenset(found)
 
 
 def _overload(node: fx.Node):

@@ -159,8 +159,11 @@ def recomputed(problem: MinCutProblem, saved: Iterable[str]) -> set[str]:
     preds: dict[str, list[str]] = {n: [] for n in problem.nodes}
     for producer, user in problem.edges:
         preds[user].append(producer)
-    needed: set[str] = set()
-    stack = [n for n in problem.nodes if n not in problem.forward]
+    # Roots: the backward nodes, and the nodes the user asked to recompute (their
+    # in-vertices hang from the sink just like backward nodes).
+    forced = problem.must_recompute - problem.banned
+    needed: set[str] = set(forced)
+    stack = [n for n in problem.nodes if n not in problem.forward or n in forced]
     seen = set(stack)
     while stack:
         node = stack.pop()

@@ -1,9 +1,15 @@
 import copy
+import os
+import tempfile
 
-import pytest
-import torch
+# A fresh Inductor/AOTAutograd cache per test session: a cache hit skips partitioning,
+# and tests that inspect plans must see the partitioner run.
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="fxremat-test-cache-"))
 
-import fxremat
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import fxremat  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,97 @@
+"""Options: parsing, clear errors, and the partitioner's cache key."""
+
+import json
+import os
+
+import pytest
+import torch
+
+import fxremat
+from fxremat import BudgetError, OptionError, Options, parse_bytes
+from fxremat.backend import FxrematPartitioner
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("6GiB", 6 * 2**30), ("500MB", 500 * 10**6), ("1024", 1024), ("1.5KiB", 1536), (" 2 gb ", 2 * 10**9),
+])
+def test_parse_bytes(text, expected):
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("options, fragment", [
+    ({"memory_bugdet": 0.5}, "memory_bugdet"),
+    ({"max_autotune": True}, "under the 'inductor' key"),
+    ({"memory_budget": 1.5}, "(0, 1]"),
+    ({"memory_budget": 0.0}, "(0, 1]"),
+    ({"memory_budget": -3}, "positive"),
+    ({"memory_budget": "6 gigs"}, "GiB"),
+    ({"memory_budget": True}, "memory_budget"),
+    ({"solver": "rotor"}, "not available in this version"),
+    ({"solver": "magic"}, "allowed values"),
+    ({"compiler": "tvm"}, "compiler"),
+    ({"inductor": {"no_such_setting": 1}}, "no_such_setting"),
+])
+def test_bad_options_name_the_option_and_what_is_allowed(options, fragment):
+    with pytest.raises(OptionError, match=None) as err:
+        Options.from_user(options)
+    assert fragment in str(err.value)
+
+
+def test_bad_option_raises_through_torch_compile():
+    f = torch.compile(lambda x: x.sin(), backend="fxremat", options={"budget": 1})
+    with pytest.raises(Exception, match="unknown fxremat option"):
+        f(torch.randn(3, requires_grad=True))
+
+
+def test_cache_key_covers_every_plan_option():
+    base = FxrematPartitioner(Options.from_user({})).uuid()
+    variants = [{"memory_budget": 0.5}, {"memory_budget": "1GiB"}, {"solver": "mincut"},
+                {"compiler": "eager"}, {"inductor": {"max_autotune": True}}, {"mode": "max-autotune"}]
+    keys = {FxrematPartitioner(Options.from_user(v)).uuid() for v in variants}
+    assert base not in keys and len(keys) == len(variants)
+    assert FxrematPartitioner(Options.from_user({})).uuid() == base  # stable
+    # debug_dir: every graph must be partitioned to write its files, so no caching at all
+    assert FxrematPartitioner(Options.from_user({"debug_dir": "x"})).uuid() is None
+
+
+def _budget_fn(x):
+    return (x.sin() * x.cos()).tanh().sum()
+
+
+@pytest.mark.parametrize("compiler", ["eager", pytest.param("inductor", marks=pytest.mark.inductor)])
+def test_unmet_budget_is_an_error_naming_the_minimum(compiler):
+    x = torch.randn(4096, requires_grad=True)
+    ok = torch.compile(_budget_fn, backend="fxremat", options={"compiler": compiler, "memory_budget": 1.0})
+    ok(x).backward()
+    plan = fxremat.inspect.plans()[-1]
+    assert plan.budget_bytes == plan.predicted_peak_bytes
+    torch._dynamo.reset()
+    # Same graph, smaller budget: a stale cache entry would hand back the first plan
+    # silently. The budget is in the cache key, so the partitioner runs and refuses.
+    tight = torch.compile(_budget_fn, backend="fxremat", options={"compiler": compiler, "memory_budget": 0.5})
+    with pytest.raises(Exception) as err:
+        tight(x).backward()
+    assert isinstance(err.value, BudgetError) or "BudgetError" in repr(err.value)
+    assert str(plan.predicted_peak_bytes) in str(err.value)
+
+
+def test_byte_budget_that_fits_is_accepted():
+    x = torch.randn(4096, requires_grad=True)
+    f = torch.compile(_budget_fn, backend="fxremat", options={"compiler": "eager", "memory_budget": "1GiB"})
+    f(x).backward()
+    assert fxremat.inspect.plans()[-1].budget_bytes == 2**30
+
+
+def test_debug_dir_writes_graphs_and_plan(tmp_path):
+    x = torch.randn(64, requires_grad=True)
+    f = torch.compile(_budget_fn, backend="fxremat", options={"compiler": "eager", "debug_dir": str(tmp_path)})
+    f(x).backward()
+    (folder,) = list(tmp_path.iterdir())
+    assert sorted(os.listdir(folder)) == ["backward.py", "forward.py", "plan.json"]
+    plan = json.loads((folder / "plan.json").read_text())
+    assert plan["saved"] and {"name", "shape", "dtype", "bytes"} <= set(plan["saved"][0])
+    assert plan["predicted_peak_bytes"] == max(t["live_bytes"] for t in plan["timeline"])
+    backward = (folder / "backward.py").read_text()
+    assert plan["recomputed"] and all(f"    {r['name']} = " in backward for r in plan["recomputed"])
+    for name in ("forward.py", "backward.py"):
+        compile((folder / name).read_text(), name, "exec")  # readable, valid Python
