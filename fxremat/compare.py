@@ -44,14 +44,14 @@ class _Recording(_compat.CustomPartitionerFn):
         return None  # measuring: always partition, never hand back a cached graph
 
 
+def _pytorch_default(gm, joint_inputs, **kwargs):
+    return _compat.default_partition_fn()(gm, joint_inputs, **{"compiler": "inductor", **kwargs})
+
+
 def partitioners() -> dict[str, Callable]:
     from .backend import FxrematPartitioner
 
-    torch_default = _compat.default_partition_fn()
-    return {
-        "pytorch": lambda gm, inputs, **kw: torch_default(gm, inputs, **{"compiler": "inductor", **kw}),
-        "fxremat": FxrematPartitioner(Options()),
-    }
+    return {"pytorch": _pytorch_default, "fxremat": FxrematPartitioner(Options())}
 
 
 def saved_bytes(make: Callable, partitioner: str, *, inductor: bool = False) -> int:
