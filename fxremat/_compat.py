@@ -100,6 +100,10 @@ def is_must_recompute(node: fx.Node) -> bool:
     return recompute_policy(node) == CheckpointPolicy.MUST_RECOMPUTE
 
 
+def is_prefer_policy(node: fx.Node) -> bool:
+    return recompute_policy(node) in (CheckpointPolicy.PREFER_RECOMPUTE, CheckpointPolicy.PREFER_SAVE)
+
+
 def is_opaque_node(node: fx.Node) -> bool:
     fn = getattr(_partitioners, "is_opaque_node", None)
     return bool(fn and fn(node))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import shutil
 import statistics
 import sys
 import threading
@@ -68,20 +69,20 @@ class Progress:
     """A one-line progress bar on stderr.
 
     A compile is one long call that reports nothing, so a background thread
-    redraws the bar (with the current stage and its elapsed seconds) while the
-    main thread is busy. When stderr is not a terminal, each stage is printed
+    redraws the bar (total seconds, the current stage and its seconds) while
+    the main thread is busy. When stderr is not a terminal, each stage is printed
     once on its own line instead.
     """
 
     WIDTH = 24
 
-    def __init__(self, total: int, stream: TextIO = sys.stderr, interval: float = 0.1):
+    def __init__(self, total: int, stream: TextIO | None = None, interval: float = 0.1):
         self.total = total
         self.done = 0
         self.stage = ""
-        self.stream = stream
+        self.stream = stream or sys.stderr
         self.interval = interval
-        self.animated = stream.isatty()
+        self.animated = self.stream.isatty()
         self._start = self._stage_start = time.monotonic()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -117,10 +118,11 @@ class Progress:
             with self._lock:
                 now = time.monotonic()
                 filled = self.WIDTH * self.done // self.total
-                self.stream.write(
-                    f"\r[{'#' * filled}{'-' * (self.WIDTH - filled)}] {self.done}/{self.total} "
-                    f"{self.stage} {now - self._stage_start:5.1f}s (total {now - self._start:.0f}s)\x1b[K"
-                )
+                line = (f"[{'#' * filled}{'-' * (self.WIDTH - filled)}] {self.done}/{self.total} "
+                        f"{now - self._start:4.0f}s  {self.stage} {now - self._stage_start:.1f}s")
+                # A line wider than the terminal would wrap, and "\r" would not return over it.
+                width = shutil.get_terminal_size().columns - 1
+                self.stream.write(f"\r{line[:width]}\x1b[K")
                 self.stream.flush()
 
 

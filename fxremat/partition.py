@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
+import warnings
 from typing import Any
 
 import torch
@@ -258,6 +258,7 @@ def partition(
     joint.recompile()
     _compat.force_save_special_ops(joint)
     graph_id = graph_fingerprint(joint)
+    _warn_on_checkpoint_preferences(joint, graph_id)
     classes = classify(joint, num_fwd_outputs)
     problem, banned = mincut_problem(joint, classes)
     solution = mincut.solve(problem)
@@ -295,6 +296,19 @@ def partition(
     )
     check_budget(plan, options)
     return fwd, bwd, plan
+
+
+def _warn_on_checkpoint_preferences(joint: fx.GraphModule, graph_id: str) -> None:
+    """torch.utils.checkpoint regions mark their ops PREFER_RECOMPUTE (selective policies may
+    say PREFER_SAVE); fxremat plans the whole graph itself and follows only the MUST_* marks."""
+    count = sum(_compat.is_prefer_policy(n) for n in joint.graph.nodes)
+    if count:
+        warnings.warn(
+            f"fxremat (graph {graph_id}): {count} ops carry torch.utils.checkpoint PREFER_* marks; fxremat "
+            "chooses what to recompute itself and does not follow them (MUST_SAVE / MUST_RECOMPUTE marks from "
+            "selective checkpoint policies are followed). Remove the checkpoint wrappers to silence this.",
+            stacklevel=2,
+        )
 
 
 def _check_no_aliasing(saved: list[fx.Node], input_names: set[str]) -> None:

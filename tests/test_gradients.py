@@ -51,3 +51,27 @@ def test_recomputing_plan_matches_eager():
 @pytest.mark.parametrize("name", ["mlp", "transformer"])
 def test_inductor_matches_eager(name):
     assert train_step_matches_eager(models.ZOO[name], compiler="inductor", steps=1) < TOL
+
+
+def test_checkpointed_block_is_correct_and_its_marks_are_reported():
+    import copy
+
+    from torch.utils.checkpoint import checkpoint
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+
+        def forward(self, x):
+            h = checkpoint(lambda t: self.a(t).sin().tanh(), x, use_reentrant=False)
+            return self.b(h).cos().sum()
+
+    model = M().double()
+    x = torch.randn(8, 32, dtype=torch.float64)
+    ours = copy.deepcopy(model)
+    model(x).backward()
+    with pytest.warns(UserWarning, match="PREFER_"):
+        torch.compile(ours, backend="fxremat", options={"compiler": "eager"})(x).backward()
+    for p, q in zip(model.parameters(), ours.parameters()):
+        assert torch.allclose(p.grad, q.grad, rtol=1e-12, atol=1e-12)
