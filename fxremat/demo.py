@@ -32,6 +32,11 @@ from .partition import BudgetError
 
 LOSS_RTOL = 1e-4  # fp32; Inductor reorders reductions, so losses agree closely, not bitwise
 LOSS_ATOL = 1e-6
+LEGEND = """\
+saved activations: storages saved for backward, less parameters and the batch (saved_tensors_hooks).
+peak (measured): bytes allocated by one warm training step (forward, backward, SGD update) above
+  what was live before it (profiler allocation events). peak (predicted): fxremat's timeline of
+  the compiled forward and backward."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +54,8 @@ class DemoConfig:
     seed: int = 0
 
 
-# --quick: a model small enough for a smoke run; its compiles take seconds.
+# --quick: a tiny model for a smoke run. Cold, its Inductor C++ builds still take
+# most of a minute: the kernel count, not the model size, drives compile time.
 QUICK = dict(steps=3, layers=1, batch=2, seq=16, dim=32, heads=2, vocab=64)
 
 
@@ -184,9 +190,10 @@ def run_strategy(name: str, wrap: Callable, base_model: torch.nn.Module, batch: 
     return Result(name, first_step_s, step_times, saved, peak, losses, predicted, len(plans))
 
 
-def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> int:
+def run_demo(config: DemoConfig, out: TextIO | None = None) -> int:
     """Run the demo and print its report; the exit status is 1 if the losses disagree,
     2 if fxremat rejects the budget. Clears ``fxremat.inspect``'s plans."""
+    out = out or sys.stdout
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -215,6 +222,7 @@ def run_demo(config: DemoConfig, out: TextIO = sys.stdout) -> int:
                 break
     torch._dynamo.reset()
     print(format_table(results), file=out)
+    print(LEGEND, file=out)
     for r in results:
         if r.strategy == "fxremat" and r.plans != 1:
             # A graph break splits the step into graphs whose peaks do not simply add up.
@@ -272,13 +280,6 @@ def report_losses(results: list[Result], out: TextIO) -> int:
     print(
         f"losses agree: all {len(reference.losses)} steps of every strategy match {reference.strategy} "
         f"within rtol {LOSS_RTOL:g} (largest relative difference {worst:.1e})",
-        file=out,
-    )
-    print(
-        "saved activations: storages saved for backward, less parameters and the batch (saved_tensors_hooks).\n"
-        "peak (measured): bytes allocated by one warm training step (forward, backward, SGD update) above\n"
-        "  what was live before it (profiler allocation events). peak (predicted): fxremat's timeline of\n"
-        "  the compiled forward and backward.",
         file=out,
     )
     return 0

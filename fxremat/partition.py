@@ -180,23 +180,31 @@ def mincut_problem(joint: fx.GraphModule, classes: NodeClasses) -> tuple[mincut.
 def place_recomputations(bwd: fx.GraphModule, forward_names: set[str]) -> fx.GraphModule:
     """Move each node the backward recomputes to just before its first user, so a
     recomputed value is alive only while it is needed (and Inductor, which keeps
-    the order it is given, frees it as early)."""
+    the order it is given, frees it as early). Linear in the graph's size."""
     graph = bwd.graph
-    for node in reversed(list(graph.nodes)):
-        if node.op != "call_function" or node.name not in forward_names or not node.users:
+    deferred = {n for n in graph.nodes if n.op == "call_function" and n.name in forward_names and n.users}
+    order: list[fx.Node] = []
+    emitted: set[fx.Node] = set()
+    for node in graph.nodes:
+        if node in deferred:
             continue
-        first_user = min(node.users, key=_position(graph))
-        if first_user.op == "output":
-            continue
-        first_user.prepend(node)
+        # Emit the deferred producers this node needs (depth first), then the node.
+        stack = [(node, False)]
+        while stack:
+            current, inputs_done = stack.pop()
+            if current in emitted:
+                continue
+            if inputs_done:
+                emitted.add(current)
+                order.append(current)
+                continue
+            stack.append((current, True))
+            stack.extend((a, False) for a in reversed(current.all_input_nodes) if a not in emitted)
+    for before, after in zip(order, order[1:]):
+        before.append(after)
     graph.lint()
     bwd.recompile()
     return bwd
-
-
-def _position(graph: fx.Graph):
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    return lambda n: order[n]
 
 
 @dataclasses.dataclass
