@@ -48,7 +48,7 @@ def test_recomputing_plan_matches_eager():
 
 
 @pytest.mark.inductor
-@pytest.mark.parametrize("name", ["mlp", "transformer"])
+@pytest.mark.parametrize("name", ["mlp", "transformer", "cnn"])
 def test_inductor_matches_eager(name):
     assert train_step_matches_eager(models.ZOO[name], compiler="inductor", steps=1) < TOL
 

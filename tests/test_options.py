@@ -95,3 +95,18 @@ def test_debug_dir_writes_graphs_and_plan(tmp_path):
     assert plan["recomputed"] and all(f"    {r['name']} = " in backward for r in plan["recomputed"])
     for name in ("forward.py", "backward.py"):
         compile((folder / name).read_text(), name, "exec")  # readable, valid Python
+
+
+def test_backend_is_found_by_name_without_importing_fxremat():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "f = torch.compile(lambda x: x.sin().sum(), backend='fxremat', options={'compiler': 'eager'})\n"
+        "f(torch.randn(8, requires_grad=True)).backward()\n"
+        "import fxremat\n"
+        "print(len(fxremat.inspect.plans()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
