@@ -1,10 +1,13 @@
 """Bytes of FX nodes, from their fake-tensor metadata.
 
-Symbolic sizes are evaluated with the shape environment's hints for planning.
+Symbolic sizes (``dynamic=True`` or ``mark_dynamic``) are kept as sympy
+expressions for reports (``node_bytes_expr``) and evaluated with the shape
+environment's hints for planning (``node_bytes``).
 """
 
 from __future__ import annotations
 
+import sympy
 import torch
 import torch.fx as fx
 
@@ -23,6 +26,21 @@ def _hint(value) -> int:
 
 def tensor_bytes(t: torch.Tensor) -> int:
     return _hint(t.numel()) * t.element_size()
+
+
+def _expr(value) -> sympy.Expr:
+    if isinstance(value, torch.SymInt):
+        return sympy.sympify(value.node.expr)
+    return sympy.Integer(int(value))
+
+
+def tensor_bytes_expr(t: torch.Tensor) -> sympy.Expr:
+    return sympy.Mul(*(_expr(s) for s in t.shape), sympy.Integer(t.element_size()))
+
+
+def node_bytes_expr(node: fx.Node) -> sympy.Expr:
+    """Bytes of the node's value(s) as a sympy expression in the graph's size symbols."""
+    return sympy.Add(*(tensor_bytes_expr(t) for t in _flat_tensors(node.meta.get("val"))))
 
 
 def _flat_tensors(val) -> list[torch.Tensor]:
@@ -60,6 +78,10 @@ def describe(node: fx.Node) -> dict:
     """Name, shape, dtype and bytes of a tensor node, for reports."""
     val = node.meta.get("val")
     if isinstance(val, torch.Tensor):
-        return {"name": node.name, "shape": [str(s) for s in val.shape], "dtype": str(val.dtype).replace("torch.", ""),
-                "bytes": tensor_bytes(val)}
+        row = {"name": node.name, "shape": [str(s) for s in val.shape], "dtype": str(val.dtype).replace("torch.", ""),
+               "bytes": tensor_bytes(val)}
+        expr = tensor_bytes_expr(val)
+        if expr.free_symbols:
+            row["bytes_symbolic"] = str(expr)  # "bytes" is its value at the traced sizes
+        return row
     return {"name": node.name, "shape": None, "dtype": type(val).__name__, "bytes": 0}
