@@ -50,6 +50,17 @@ def inductor_mode_options(mode: str) -> dict[str, Any]:
     return dict(list_mode_options(mode))
 
 
+def inductor_relayouts_convolutions(gm: fx.GraphModule) -> bool:
+    """Will Inductor's layout optimization convert this graph's convolution inputs and
+    weights to channels-last copies? (Its own per-graph heuristic.)"""
+    from torch._inductor.graph import GraphLowering
+
+    try:
+        return bool(GraphLowering.decide_layout_opt(gm, is_inference=False))
+    except Exception:  # the heuristic reads metadata a hand-made graph may lack
+        return False
+
+
 def inductor_config_keys() -> set[str]:
     import torch._inductor.config as inductor_config
 

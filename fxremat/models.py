@@ -125,6 +125,36 @@ class InplaceNet(nn.Module):
         return F.mse_loss(g, y)
 
 
+class UNet(nn.Module):
+    """A small U-Net: each encoder level's output is carried across the bottleneck
+    to the decoder level of the same resolution (long skips)."""
+
+    def __init__(self, channels=(3, 16, 32, 64)):
+        super().__init__()
+
+        def stage(a, b):
+            return nn.Sequential(nn.Conv2d(a, b, 3, padding=1), nn.GroupNorm(4, b), nn.SiLU(),
+                                 nn.Conv2d(b, b, 3, padding=1), nn.SiLU())
+
+        pairs = list(zip(channels[1:-1], channels[2:]))  # (skip channels, channels below)
+        self.down = nn.ModuleList(stage(a, b) for a, b in zip(channels[:-1], channels[1:]))
+        self.up = nn.ModuleList(stage(below + skip, skip) for skip, below in reversed(pairs))
+        self.head = nn.Conv2d(channels[1], channels[0], 1)
+
+    def forward(self, x, y):
+        skips = []
+        h = x
+        for stage in self.down[:-1]:
+            h = stage(h)
+            skips.append(h)
+            h = F.max_pool2d(h, 2)
+        h = self.down[-1](h)
+        for stage in self.up:
+            h = F.interpolate(h, scale_factor=2.0, mode="nearest")
+            h = stage(torch.cat([h, skips.pop()], dim=1))
+        return F.mse_loss(self.head(h), y)
+
+
 def make_gpt(batch: int = 8, seq: int = 64, vocab: int = 256, **kw):
     model = GPT(vocab=vocab, seq=seq, **kw)
     idx = torch.randint(0, vocab, (batch, seq))
@@ -151,10 +181,16 @@ def make_inplace(batch: int = 16, dim: int = 32):
     return model, (torch.randn(batch, dim), torch.randn(batch, dim))
 
 
+def make_unet(batch: int = 2, size: int = 32):
+    model = UNet()
+    return model, (torch.randn(batch, 3, size, size), torch.randn(batch, 3, size, size))
+
+
 ZOO = {
     "mlp": make_mlp,
     "transformer": make_transformer,
     "cnn": make_cnn,
     "inplace": make_inplace,
+    "unet": make_unet,
     "gpt": make_gpt,
 }

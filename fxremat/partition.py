@@ -28,7 +28,7 @@ from .options import Options
 from .passes import mincut
 from .passes.memory import Timeline
 from .sizes import describe, is_multi_output, is_tensor_node, node_bytes, storage_of
-from .timeline import predict
+from .timeline import predict, relaid_inputs
 
 # Saving a node ``d`` ops away from the backward costs (1 + REWEIGHT * d) times its
 # bytes: a tie-break that prefers saving values close to the backward, which need
@@ -291,7 +291,8 @@ def partition(
     _check_no_aliasing(saved_final, {n.name for n in classes.inputs})
     recomputed = [{"name": n.name, "op": str(n.target)} for n in bwd.graph.nodes
                   if n.op == "call_function" and n.name in fwd_names]
-    timeline = predict(fwd, bwd, num_fwd_outputs)
+    inductor = options.compiler == "inductor"
+    timeline = predict(fwd, bwd, num_fwd_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor)
     input_names = {n.name for n in classes.inputs}
     plan = Plan(
         graph_id=graph_id,

@@ -16,6 +16,8 @@ Example
 ...          Step("c", allocates={"c": 2}, reads=["b"])]
 >>> simulate(steps, keep={"c"}).peak_bytes
 12
+>>> simulate([Step("a", allocates={"a": 8}), Step("b", allocates={"b": 8}, reads=["a"], in_place=True)]).peak_bytes
+8
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ class Step:
     allocates: dict[str, int] = dataclasses.field(default_factory=dict)
     reads: list[str] = dataclasses.field(default_factory=list)
     phase: str = ""
+    # May write its output over a storage it reads for the last time, when the two have
+    # the same size (Inductor's in-place buffer reuse): that output then costs nothing.
+    in_place: bool = False
 
 
 @dataclasses.dataclass
@@ -62,10 +67,19 @@ def simulate(steps: list[Step], *, live_at_start: dict[str, int] | None = None,
     total = sum(live.values())
     profile: list[int] = []
     for i, step in enumerate(steps):
+        # Storages this step reads for the last time: candidates to be written over.
+        dying = [s for s in dict.fromkeys(step.reads) if last_read.get(s) == i and s in live and s not in keep]
         for s, nbytes in step.allocates.items():
-            if s not in live:
+            if s in live:
+                continue
+            donor = next((d for d in dying if live[d] == nbytes), None) if step.in_place else None
+            if donor is not None:
+                dying.remove(donor)
+                del live[donor]  # the output takes over the donor's bytes
                 live[s] = nbytes
-                total += nbytes
+                continue
+            live[s] = nbytes
+            total += nbytes
         profile.append(total)
         for s in dies_after.get(i, ()):
             total -= live.pop(s, 0)

@@ -1,0 +1,116 @@
+"""Measure a training step's memory in a fresh process, independently of fxremat's predictor.
+
+    measure_step("unet", backend="fxremat", options={...}) -> dict
+
+runs ``python -m fxremat.harness`` in a subprocess (so nothing earlier in the
+calling process — caches, allocator state, other models — touches the figures),
+compiles one bundled model (``fxremat.models.ZOO``), warms it up, and measures
+one forward+backward step (gradients set to ``None`` before it, so the step
+allocates them, as the budget definition counts them):
+
+- ``peak_bytes``: on CPU, the peak of bytes allocated above what was live when
+  the step began, from the PyTorch profiler's allocation events
+  (``fxremat.measure.measure_peak_bytes``); on CUDA,
+  ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, less
+  what was allocated before the step.
+- ``rss_peak_bytes`` (CPU, Linux): the rise of the process's peak resident set
+  (``VmHWM``, reset through ``/proc/self/clear_refs``) over a second run of the
+  step. glibc's mmap threshold is pinned (``MALLOC_MMAP_THRESHOLD_``) so freed
+  large tensors leave the process; without it glibc keeps freed memory and RSS
+  says nothing about the step.
+- ``baseline_bytes``: what the inputs hold (parameters, buffers, the batch),
+  reported separately and not part of the peak.
+- ``predicted_peak_bytes``: fxremat's prediction for each compiled graph.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+MMAP_THRESHOLD = 64 * 1024
+
+
+def measure_step(model: str, backend: str = "fxremat", options: dict | None = None, *, device: str = "cpu",
+                 dtype: str = "float32", model_kwargs: dict | None = None, warmup: int = 2,
+                 timeout: float = 900) -> dict[str, Any]:
+    spec = {"model": model, "backend": backend, "options": options or {}, "device": device, "dtype": dtype,
+            "model_kwargs": model_kwargs or {}, "warmup": warmup}
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD), PYTHONWARNINGS="ignore")
+    out = subprocess.run([sys.executable, "-m", "fxremat.harness", json.dumps(spec)], capture_output=True,
+                         text=True, env=env, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"measurement of {spec} failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _child(spec: dict) -> dict:
+    import torch
+
+    import fxremat
+    from fxremat import _compat, models
+    from fxremat.measure import measure_peak_bytes
+
+    torch.manual_seed(0)
+    device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
+    model, batch = models.ZOO[spec["model"]](**spec["model_kwargs"])
+    model = model.to(device=device, dtype=dtype)
+    batch = tuple(b.to(device=device, dtype=dtype) if b.is_floating_point() else b.to(device) for b in batch)
+    if spec["backend"] == "eager":
+        step_model = model
+    elif spec["backend"] == "fxremat":
+        step_model = torch.compile(model, backend="fxremat", options=spec["options"])
+    else:
+        step_model = torch.compile(model, backend=spec["backend"], options=spec["options"] or None)
+
+    def step():
+        step_model(*batch).backward()
+
+    with _compat.autograd_cache_disabled():  # a cache hit would skip planning: no prediction
+        for _ in range(spec["warmup"]):
+            model.zero_grad(set_to_none=True)
+            step()
+    inputs = list(model.parameters()) + list(model.buffers()) + list(batch)
+    baseline = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in inputs}.values())
+    result: dict[str, Any] = {"spec": spec, "torch": torch.__version__, "baseline_bytes": baseline}
+
+    model.zero_grad(set_to_none=True)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        step()
+        torch.cuda.synchronize()
+        result["peak_bytes"] = torch.cuda.max_memory_allocated() - before
+        result["device_name"] = torch.cuda.get_device_name()
+    else:
+        result["peak_bytes"] = measure_peak_bytes(step)["peak_bytes"]
+        model.zero_grad(set_to_none=True)
+        gc.collect()
+        before = _rss_kib("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        step()
+        result["rss_peak_bytes"] = (_rss_kib("VmHWM") - before) * 1024
+        result["device_name"] = "cpu"
+    plans = fxremat.inspect.plans()
+    result["predicted_peak_bytes"] = [p.predicted_peak_bytes for p in plans]
+    result["saved_activation_bytes"] = [p.saved_activation_bytes for p in plans]
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(_child(json.loads(sys.argv[1]))))
