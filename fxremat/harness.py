@@ -109,6 +109,7 @@ def _child(spec: dict) -> dict:
     plans = fxremat.inspect.plans()
     result["predicted_peak_bytes"] = [p.predicted_peak_bytes for p in plans]
     result["saved_activation_bytes"] = [p.saved_activation_bytes for p in plans]
+    result["recomputed_ops"] = [len(p.recomputed) for p in plans]
     return result
 
 
