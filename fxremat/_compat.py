@@ -130,6 +130,7 @@ def extract_fwd_bwd_modules(
     *,
     num_fwd_outputs: int,
     static_lifetime_input_nodes: Any = None,
+    keep_unused: bool = False,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Build the forward and backward GraphModules for a chosen saved set.
 
@@ -140,6 +141,18 @@ def extract_fwd_bwd_modules(
     own extractor lay it out rather than copy it.
     """
     kwargs: dict[str, Any] = {"num_fwd_outputs": num_fwd_outputs}
+    if keep_unused:
+        # torch drops saved values its own backward does not read; a backward we write
+        # ourselves (Rotor's) may read them, so its saved set must survive as given.
+        import unittest.mock
+
+        real = _partitioners._remove_by_name
+        keep = {n.name for n in saved_values} | {n.name for n in saved_sym_nodes}
+        patch = unittest.mock.patch.object(
+            _partitioners, "_remove_by_name", lambda values, name: None if name in keep else real(values, name))
+        with patch:
+            return extract_fwd_bwd_modules(joint, saved_values, saved_sym_nodes, num_fwd_outputs=num_fwd_outputs,
+                                           static_lifetime_input_nodes=static_lifetime_input_nodes)
     if "saved_opaque_nodes" in _EXTRACT_PARAMS:
         opaque = [n for n in saved_values if is_opaque_node(n)]
         saved_values = [n for n in saved_values if not is_opaque_node(n)]

@@ -226,6 +226,8 @@ class Plan:
     budget_bytes: int | None
     forward_code: str = ""
     backward_code: str = ""
+    sequence: str | None = None  # Rotor's operation sequence
+    stages: int | None = None  # Rotor's chain length
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -245,6 +247,8 @@ class Plan:
             "banned": self.banned,
             "cut_cost": self.cut_cost,
             "budget_bytes": self.budget_bytes,
+            "sequence": self.sequence,
+            "stages": self.stages,
             "predicted_peak_bytes": self.predicted_peak_bytes,
             "predicted_peak_at": self.timeline.peak_step,
             "timeline": self.timeline.as_records(),
@@ -253,6 +257,21 @@ class Plan:
 
 def graph_fingerprint(joint: fx.GraphModule) -> str:
     return hashlib.sha256(joint.code.encode()).hexdigest()[:12]
+
+
+@dataclasses.dataclass
+class _Context:
+    """What every solver's plan is built from: the prepared joint graph and its classes."""
+
+    joint: fx.GraphModule
+    classes: NodeClasses
+    num_fwd_outputs: int
+    static_nodes: set[fx.Node]
+    options: Options
+    graph_id: str
+    by_name: dict[str, fx.Node]
+    input_names: set[str]
+    banned: dict[str, str]
 
 
 def partition(
@@ -275,40 +294,114 @@ def partition(
     problem, banned = mincut_problem(joint, classes)
     solution = mincut.solve(problem)
     by_name = {n.name: n for n in joint.graph.nodes}
-    chosen = [by_name[name] for name in problem.nodes if name in solution.saved]  # graph order: reproducible
-    saved_sym = [n for n in chosen if _compat.is_sym_node(n)]
-    saved_values = [n for n in chosen if not _compat.is_sym_node(n)]
     primals = [n for n in joint.graph.nodes if n.op == "placeholder" and _compat.is_primal(n)]
-    static_nodes = {primals[i] for i in (static_lifetime_input_indices or []) if i < len(primals)}
-    fwd, bwd = _compat.extract_fwd_bwd_modules(
-        joint, saved_values, saved_sym, num_fwd_outputs=num_fwd_outputs,
-        static_lifetime_input_nodes=static_nodes,
-    )
+    ctx = _Context(joint, classes, num_fwd_outputs,
+                   {primals[i] for i in (static_lifetime_input_indices or []) if i < len(primals)},
+                   options, graph_id, by_name, {n.name for n in classes.inputs}, banned)
+    chosen = [by_name[name] for name in problem.nodes if name in solution.saved]  # graph order: reproducible
+    fwd, bwd = _extract(ctx, chosen)
     fwd_names = {n.name for n in fwd.graph.nodes if n.op == "call_function"}
     bwd = place_recomputations(bwd, fwd_names | {n.name for n in classes.forward})
+    plan = _plan(ctx, "mincut", fwd, bwd, chosen, solution.cost)
+    budget = options.memory_budget.resolve(plan.predicted_peak_bytes) if options.memory_budget else None
+    plan.budget_bytes = budget
+    over = budget is not None and plan.predicted_peak_bytes > budget
+    if options.solver == "mincut" and over:
+        raise BudgetError(_budget_message(plan, options, plan.predicted_peak_bytes, "min-cut (solver='mincut')"))
+    if options.solver == "rotor" or over:
+        fwd, bwd, plan = _rotor(ctx, bwd, chosen, budget if budget is not None else plan.predicted_peak_bytes)
+    return fwd, bwd, plan
+
+
+def _extract(ctx: _Context, saved: list[fx.Node], keep_unused: bool = False) -> tuple[fx.GraphModule, fx.GraphModule]:
+    return _compat.extract_fwd_bwd_modules(
+        ctx.joint, [n for n in saved if not _compat.is_sym_node(n)], [n for n in saved if _compat.is_sym_node(n)],
+        num_fwd_outputs=ctx.num_fwd_outputs, static_lifetime_input_nodes=ctx.static_nodes, keep_unused=keep_unused)
+
+
+def _plan(ctx: _Context, solver: str, fwd: fx.GraphModule, bwd: fx.GraphModule, saved: list[fx.Node],
+          cut_cost: float, recomputed: list[dict] | None = None, **extra: Any) -> Plan:
     bwd_inputs = {n.name for n in bwd.graph.find_nodes(op="placeholder")}
-    saved_final = [n for n in saved_values if n.name in bwd_inputs]  # torch drops unused ones
-    _check_no_aliasing(saved_final, {n.name for n in classes.inputs})
-    recomputed = [{"name": n.name, "op": str(n.target)} for n in bwd.graph.nodes
-                  if n.op == "call_function" and n.name in fwd_names]
-    inductor = options.compiler == "inductor"
-    timeline = predict(fwd, bwd, num_fwd_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor)
-    input_names = {n.name for n in classes.inputs}
-    plan = Plan(
-        graph_id=graph_id,
-        solver="mincut",
-        saved=[describe(n) for n in saved_final] + [describe(n) for n in saved_sym if n.name in bwd_inputs],
-        saved_activation_bytes=_activation_bytes(saved_final, by_name, input_names),
+    saved_final = [n for n in saved if n.name in bwd_inputs and not _compat.is_sym_node(n)]  # torch drops unused
+    saved_sym = [n for n in saved if n.name in bwd_inputs and _compat.is_sym_node(n)]
+    _check_no_aliasing(saved_final, ctx.input_names)
+    fwd_names = {n.name for n in fwd.graph.nodes if n.op == "call_function"}
+    if recomputed is None:
+        recomputed = [{"name": n.name, "op": str(n.target)} for n in bwd.graph.nodes
+                      if n.op == "call_function" and n.name in fwd_names]
+    inductor = ctx.options.compiler == "inductor"
+    timeline = predict(fwd, bwd, ctx.num_fwd_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor)
+    return Plan(
+        graph_id=ctx.graph_id,
+        solver=solver,
+        saved=[describe(n) for n in saved_final + saved_sym],
+        saved_activation_bytes=_activation_bytes(saved_final, ctx.by_name, ctx.input_names),
         recomputed=recomputed,
-        banned=banned,
-        cut_cost=solution.cost,
+        banned=ctx.banned,
+        cut_cost=cut_cost,
         timeline=timeline,
         budget_bytes=None,
         forward_code=fwd.code,
         backward_code=bwd.code,
+        **extra,
     )
-    check_budget(plan, options)
-    return fwd, bwd, plan
+
+
+def _rotor(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node],
+           budget: int) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+    """The fastest Rotor plan whose predicted peak fits ``budget`` (see fxremat/chain.py)."""
+    from . import chain
+    from .passes import rotor
+
+    joint, classes = ctx.joint, ctx.classes
+    in_backward = {n.name for n in mincut_bwd.graph.nodes if n.op == "call_function"}
+    backward = [n for n in joint.graph.nodes if n.name in in_backward]
+    cost = {n: chain.node_seconds(n) for n in joint.graph.nodes if n.op == "call_function"}
+    lin = chain.linearize(joint, classes.forward, classes.required_forward, ctx.input_names, backward,
+                          set(mincut_saved), cost)
+    rchain = chain.rotor_chain(lin, cost, ctx.input_names)
+    # Memory outside the chain, counted as alive throughout (an upper bound): the
+    # forward's outputs, the parameter gradients, the tangents and the pinned values.
+    gradients = [n for n in classes.bwd_outputs if isinstance(n, fx.Node)]
+    outside = (_activation_bytes(classes.fwd_outputs, ctx.by_name, ctx.input_names)
+               + sum(node_bytes(n) for n in gradients)
+               + sum(node_bytes(n) for n in joint.graph.nodes if _compat.is_tangent(n))
+               + _activation_bytes(lin.pinned, ctx.by_name, ctx.input_names))
+    primals = [n for n in joint.graph.nodes if n.op == "placeholder"]
+    syms = [n for n in mincut_saved if _compat.is_sym_node(n)]
+    dp_budget = budget - outside
+    best = None
+    for _attempt in range(4):
+        try:
+            if dp_budget <= 0:
+                raise rotor.InfeasibleBudget("no memory left for the chain", dp_budget, rotor.min_budget(rchain))
+            solution = rotor.solve(rchain, dp_budget)
+        except rotor.InfeasibleBudget as err:
+            least = int(err.min_budget + outside)
+            raise BudgetError(
+                f"fxremat: memory_budget={ctx.options.memory_budget.describe() if ctx.options.memory_budget else None}"
+                f" ({_fmt(budget)}) is below the minimum feasible budget for graph {ctx.graph_id}: about "
+                f"{_fmt(least)} ({least} bytes) with Rotor on {len(lin.stages)} stages (the chain needs "
+                f"{_fmt(int(err.min_budget))}; outputs, gradients and pinned values {_fmt(outside)}). "
+                f"Allowed: a budget of at least {least} bytes.") from err
+        # Keep storages, not views (views are made again where read; see _check_no_aliasing).
+        kept = {ctx.by_name.get(storage_of(n) or "", n) if storage_of(n) not in ctx.input_names else n
+                for n in chain.kept_after_forward(lin, solution.sequence) + lin.pinned}
+        needed_inputs = {n for n in chain.inputs_read(joint, lin, solution.sequence) if _compat.is_primal(n)}
+        saved = [n for n in joint.graph.nodes if (n in kept and n not in lin.free) or n in syms or n in needed_inputs]
+        fwd, template = _extract(ctx, saved, keep_unused=True)
+        bwd, recomputed = chain.emit_backward(template, joint, lin, solution.sequence)
+        plan = _plan(ctx, "rotor", fwd, bwd, saved, solution.makespan, recomputed,
+                     sequence=rotor.format_sequence(solution.sequence), stages=len(lin.stages))
+        plan.budget_bytes = budget
+        if plan.predicted_peak_bytes <= budget:
+            return fwd, bwd, plan
+        best = plan if best is None or plan.predicted_peak_bytes < best.predicted_peak_bytes else best
+        dp_budget -= plan.predicted_peak_bytes - budget  # the chain model missed by this much
+    raise BudgetError(
+        f"fxremat: the Rotor plans for graph {ctx.graph_id} do not fit memory_budget {_fmt(budget)}: the best "
+        f"predicts {_fmt(best.predicted_peak_bytes)} ({best.predicted_peak_bytes} bytes). Allowed: a budget of at "
+        f"least {best.predicted_peak_bytes} bytes.")
 
 
 def _warn_on_checkpoint_preferences(joint: fx.GraphModule, graph_id: str) -> None:
@@ -341,20 +434,12 @@ def _activation_bytes(saved: list[fx.Node], by_name: dict[str, fx.Node], input_n
     return sum(node_bytes(by_name[s]) for s in storages)
 
 
-def check_budget(plan: Plan, options: Options) -> None:
-    """Min-cut is the only solver so far: it has one plan, and a budget it misses is an error."""
-    if options.memory_budget is None:
-        return
-    plan.budget_bytes = options.memory_budget.resolve(plan.predicted_peak_bytes)
-    if plan.predicted_peak_bytes <= plan.budget_bytes:
-        return
-    raise BudgetError(
+def _budget_message(plan: Plan, options: Options, least: int, solvers: str) -> str:
+    return (
         f"fxremat: memory_budget={options.memory_budget.describe()} ({_fmt(plan.budget_bytes)}) cannot be met "
-        f"for graph {plan.graph_id}: the min-cut plan's predicted peak is {_fmt(plan.predicted_peak_bytes)} "
-        f"(saved activations {_fmt(plan.saved_activation_bytes)}), and that is the smallest peak the "
-        f"available solvers ({options.solver!r}: min-cut) reach. The budgeted solvers that recompute "
-        f"further (rotor, checkmate, twremat) are not in this version yet. Allowed: a budget of at least "
-        f"{plan.predicted_peak_bytes} bytes, or the fraction 1.0."
+        f"for graph {plan.graph_id} by {solvers}: its predicted peak is {_fmt(least)} (saved activations "
+        f"{_fmt(plan.saved_activation_bytes)}). Allowed: a budget of at least {least} bytes, or solver='auto' "
+        f"or 'rotor', which recompute further."
     )
 
 

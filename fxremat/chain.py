@@ -1,0 +1,326 @@
+"""Rotor on a joint graph: linearize it into a chain of stages, solve, emit the graphs.
+
+1. ``linearize``: cut the forward where a single new activation carries the data on
+   (values already crossing the previous cut, such as U-Net skips, may cross too:
+   they are carried across the stages they span and counted in each ``a^s``); merge
+   stages to at most ``max_stages`` of similar cost; give every backward node (and
+   every forward op the min-cut plan recomputes in the backward) the stage whose
+   gradient it computes.
+2. ``rotor_chain``: the stages' Rotor parameters: ``u_f``, ``u_b`` (cost model),
+   ``omega_a`` (bytes of ``a^s``), ``omega_abar`` (``a^s`` plus the min-cut saved set
+   inside the stage, so the DP stays fusion-aware), ``o_f``, ``o_b`` (temporaries).
+3. ``emit_backward``: the backward graph for a Rotor sequence: recomputed stages are
+   duplicated where the sequence recomputes them, each ``B^s`` is the stage's part of
+   the min-cut backward, in the sequence's order, so liveness frees what it frees.
+
+Values that must keep one value for the whole step are *pinned* (kept from the
+forward to the end of the backward, counted apart from the chain): outputs of
+nondeterministic RNG ops (recomputing them would draw new numbers; Inductor's
+seeded ``inductor_random`` is deterministic given its seed, so only the seeds are
+pinned), and the rare forward value a backward op reads outside its stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+
+import torch
+import torch.fx as fx
+
+from . import oplib
+from .passes import rotor
+from .passes.memory import Step, simulate
+from .sizes import node_bytes, storage_of
+
+
+@dataclasses.dataclass
+class Stage:
+    index: int  # 1-based, as in the paper
+    forward: list[fx.Node]  # forward ops of the stage, graph order
+    backward: list[fx.Node]  # ops of B^s: backward ops and the min-cut recomputations
+    boundary: list[fx.Node]  # a^s: values crossing to later stages
+    saved: list[fx.Node]  # min-cut saved values made in the stage (abar^s = a^s + these)
+
+
+@dataclasses.dataclass
+class Linearization:
+    stages: list[Stage]
+    free: set[fx.Node]  # computable from inputs alone, cheaply: recomputed wherever needed
+    pinned: list[fx.Node]  # kept for the whole step
+    stage_of: dict[fx.Node, int]
+
+
+def node_seconds(node: fx.Node) -> float:
+    """A rough roofline time for one op (CPU-like: 50 GFLOP/s, 10 GB/s), for stage costs."""
+    flops = 0
+    if isinstance(node.target, torch._ops.OpOverload):
+        from torch.utils.flop_counter import flop_registry
+
+        formula = flop_registry.get(node.target.overloadpacket)
+        if formula is not None:
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: a.meta.get("val"))
+            try:
+                flops = formula(*args, **kwargs, out_val=node.meta.get("val"))
+            except Exception:  # a formula that does not take this overload's arguments
+                flops = 0
+    moved = node_bytes(node) + sum(node_bytes(a) for a in node.all_input_nodes)
+    return max(flops / 50e9, moved / 10e9)
+
+
+def _bytes(nodes, inputs: set[str]) -> int:
+    """Bytes of the storages behind ``nodes``, each once, less the step's inputs'."""
+    storages = {storage_of(n): n for n in nodes}
+    return sum(node_bytes(n) for s, n in storages.items() if s is not None and s not in inputs)
+
+
+def _is_pinned_rng(node: fx.Node) -> bool:
+    """RNG ops whose recomputation would not reproduce their values."""
+    if not oplib.is_random(node):
+        return False
+    deterministic = {"inductor_random", "inductor_randint", "inductor_lookup_seed"}
+    return getattr(node.target, "_opname", getattr(node.target, "__name__", "")) not in deterministic
+
+
+def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Node], inputs: set[str],
+              backward: list[fx.Node], saved: set[fx.Node], cost: dict[fx.Node, float],
+              max_stages: int = 64) -> Linearization:
+    nodes = [n for n in joint.graph.nodes if n.op != "output"]
+    free: set[fx.Node] = set()
+    for n in nodes:
+        if n in forward and (n.op in ("placeholder", "get_attr") or (
+                all(a in free for a in n.all_input_nodes) and oplib.is_fusible(n))):
+            free.add(n)
+    # The forward's ops: those its outputs need, and those the min-cut saves for the
+    # backward (a value only the backward reads, computed early because it is small).
+    order = [n for n in nodes if (n in required or (n in saved and n in forward)) and n not in free]
+    position = {n: i for i, n in enumerate(order)}
+    last_fwd_use: dict[fx.Node, int] = {}
+    for n in order:
+        for a in n.all_input_nodes:
+            if a in position:
+                last_fwd_use[a] = max(last_fwd_use.get(a, -1), position[n])
+    # Candidate cuts: after position k, one value carries the data on, besides values
+    # that were already crossing the last single-value cut (long skips).
+    candidates: list[int] = []
+    skips: set[fx.Node] = set()
+    live: set[fx.Node] = set()
+    for k, n in enumerate(order[:-1]):
+        live.add(n)
+        live = {v for v in live if last_fwd_use.get(v, -1) > k}
+        if len(live) == 1:
+            skips = set(live)
+        if live and len(live - skips) <= 1:
+            candidates.append(k)
+    # At most max_stages stages of similar forward cost.
+    total = sum(cost.get(n, 0.0) for n in order) or 1.0
+    cuts, acc = [], 0.0
+    wanted = set(candidates)
+    for k, n in enumerate(order):
+        acc += cost.get(n, 0.0)
+        if k in wanted and acc >= total / max_stages:
+            cuts.append(k)
+            acc = 0.0
+    pinned: list[fx.Node] = [n for n in nodes if n in forward and _is_pinned_rng(n)]
+    while True:
+        lin = _stages(order, cuts, last_fwd_use, backward, saved, free, forward, pinned)
+        merge = _first_violation(lin)
+        if merge is None:
+            return lin
+        lo, hi = merge  # stages lo..hi become one: drop the cuts between them
+        cuts = [c for i, c in enumerate(cuts, start=1) if not lo <= i < hi]
+
+
+def _stages(order, cuts, last_fwd_use, backward, saved, free, forward, pinned) -> Linearization:
+    bounds = [-1] + cuts + [len(order) - 1]
+    stage_of: dict[fx.Node, int] = {n: 1 for n in pinned}
+    stages: list[Stage] = []
+    for s, (lo, hi) in enumerate(zip(bounds, bounds[1:]), start=1):
+        members = order[lo + 1:hi + 1]
+        stage_of.update((n, s) for n in members)
+        boundary = [v for v in order[:hi + 1] if last_fwd_use.get(v, -1) > hi]
+        stages.append(Stage(s, members, [], boundary, [n for n in members if n in saved]))
+    # Backward ops: the stage of the latest forward value they read, but never later
+    # than the ops producing their inputs (gradients flow from stage L down to 1).
+    bwd_stage: dict[fx.Node, int] = {}
+    recomputed = [b for b in backward if b in forward and b in stage_of]
+    for b in backward:
+        if b in forward and b in stage_of:
+            continue
+        t = max((stage_of[a] for a in b.all_input_nodes if a in stage_of and a not in free), default=len(stages))
+        bwd_stage[b] = min([t] + [bwd_stage[a] for a in b.all_input_nodes if a in bwd_stage])
+    # Forward ops the min-cut recomputes run in the B^s of their first (latest-stage)
+    # reader: B^L runs first.
+    for r in reversed(recomputed):
+        t = max((bwd_stage[u] for u in r.users if u in bwd_stage), default=stage_of[r])
+        if t > 1 and r in stages[t - 2].boundary:
+            continue  # it is a^(t-1), in memory when B^t runs: nothing to recompute
+        bwd_stage[r] = t
+    for b in backward:
+        if b in bwd_stage:
+            stages[bwd_stage[b] - 1].backward.append(b)
+    return Linearization(stages, free, pinned, {**stage_of, **bwd_stage})
+
+
+def _first_violation(lin: Linearization) -> tuple[int, int] | None:
+    """Stages to merge so that every B^s reads only its own stage's forward values,
+    ``a^(s-1)``, free or pinned values and backward values; None when all do."""
+    pinned = set(lin.pinned)
+    for st in lin.stages:
+        own = set(st.forward) | set(lin.stages[st.index - 2].boundary if st.index > 1 else ())
+        for b in st.backward:
+            for a in b.all_input_nodes:
+                home = lin.stage_of.get(a)
+                if a in st.backward or a in own or a in lin.free or a in pinned or home is None:
+                    continue
+                if any(a in other.backward for other in lin.stages if other.index != st.index):
+                    continue  # a gradient from an earlier B
+                return min(home, st.index), max(home, st.index)
+    return None
+
+
+def _overhead(ops: list[fx.Node], inputs: set[str]) -> int:
+    """Peak bytes of a segment's temporaries: values it allocates and uses only inside
+    (its outputs are counted by the chain as a^s, abar^s or delta^(s-1))."""
+    inside = set(ops)
+
+    def escapes(n: fx.Node) -> bool:  # read outside the segment, directly or through a view
+        return any(u not in inside or (oplib.is_view(u) and escapes(u)) for u in n.users)
+
+    steps = []
+    for n in ops:
+        temporary = not escapes(n)
+        base = storage_of(n)
+        allocates = {n.name: node_bytes(n)} if temporary and base == n.name and base not in inputs and not \
+            isinstance(n.meta.get("val"), (list, tuple)) else {}
+        steps.append(Step(n.name, allocates=allocates, reads=[storage_of(a) or "" for a in n.all_input_nodes]))
+    return simulate(steps).peak_bytes if steps else 0
+
+
+def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]) -> rotor.Chain:
+    u_f, u_b, w_a, w_abar, o_f, o_b = [], [], [], [], [], []
+    for st in lin.stages:
+        u_f.append(sum(cost.get(n, 0.0) for n in st.forward))
+        u_b.append(sum(cost.get(n, 0.0) for n in st.backward))
+        w_a.append(_bytes(st.boundary, inputs))
+        w_abar.append(_bytes(st.boundary + st.saved, inputs))
+        o_f.append(_overhead(st.forward, inputs))
+        o_b.append(_overhead(st.backward, inputs))
+    return rotor.Chain(u_f=u_f, u_b=u_b, w_a=w_a, w_abar=w_abar, w_a0=0.0, o_f=o_f, o_b=o_b).with_loss()
+
+
+def kept_after_forward(lin: Linearization, sequence: list[rotor.Op]) -> list[fx.Node]:
+    """What the forward phase (the operations before the first B) leaves in memory."""
+    state = {0: rotor.F_CK}
+    for op in sequence:
+        if op.kind == rotor.B:
+            break
+        state[op.stage] = op.kind
+        if op.kind == rotor.F_NONE and state.get(op.stage - 1) in (rotor.F_CK, rotor.F_NONE):
+            state.pop(op.stage - 1, None)
+    kept: list[fx.Node] = []
+    for s, kind in state.items():
+        if 1 <= s <= len(lin.stages):
+            st = lin.stages[s - 1]
+            kept += st.boundary + (st.saved if kind == rotor.F_ALL else [])
+    return kept
+
+
+def inputs_read(joint: fx.GraphModule, lin: Linearization, sequence: list[rotor.Op]) -> set[fx.Node]:
+    """The step inputs (primals) the backward of ``sequence`` reads, directly or through
+    the free values it recomputes: they must be saved for it."""
+    ops: set[fx.Node] = set()
+    first_b = next(i for i, op in enumerate(sequence) if op.kind == rotor.B)
+    for op in sequence[first_b:]:
+        if op.stage <= len(lin.stages):
+            stage = lin.stages[op.stage - 1]
+            ops.update(stage.backward if op.kind == rotor.B else stage.forward)
+    found, stack = set(), [a for n in ops for a in n.all_input_nodes]
+    while stack:
+        n = stack.pop()
+        if n in found:
+            continue
+        found.add(n)
+        if n in lin.free:
+            stack.extend(n.all_input_nodes)
+    return {n for n in found if n.op == "placeholder"}
+
+
+class _Emitter:
+    """Writes joint-graph ops into a new graph, each value's latest copy in ``env``."""
+
+    def __init__(self, graph: fx.Graph, env: dict[fx.Node, fx.Node], free: set[fx.Node], forward: set[fx.Node]):
+        self.graph, self.env, self.free, self.forward = graph, env, free, forward
+        self.recomputed: list[fx.Node] = []  # copies of forward ops
+
+    def value(self, node: fx.Node) -> fx.Node:
+        if node not in self.env:
+            # Free values and views of available values are made where needed.
+            if node.op == "placeholder" or not (node in self.free or oplib.is_view(node)):
+                raise KeyError(f"fxremat rotor: {node.name} is not available in the backward")
+            for a in node.all_input_nodes:
+                self.value(a)
+            self.emit(node)
+        return self.env[node]
+
+    def emit(self, node: fx.Node) -> None:
+        for a in node.all_input_nodes:
+            self.value(a)
+        copy = self.graph.node_copy(node, lambda a: self.env[a])
+        self.env[node] = copy
+        if node in self.forward:
+            self.recomputed.append(copy)
+
+
+def _needed(stage: Stage, targets: list[fx.Node]) -> list[fx.Node]:
+    members = set(stage.forward)
+    need, stack = set(), [t for t in targets if t in members]
+    while stack:
+        n = stack.pop()
+        if n in need:
+            continue
+        need.add(n)
+        stack.extend(a for a in n.all_input_nodes if a in members)
+    # Items of a multi-output op come with it.
+    for n in list(need):
+        if oplib.is_getitem(n) and n.args[0] in members:
+            need.add(n.args[0])
+    return [n for n in stage.forward if n in need]
+
+
+def emit_backward(template: fx.GraphModule, joint: fx.GraphModule, lin: Linearization,
+                  sequence: list[rotor.Op]) -> tuple[fx.GraphModule, list[dict]]:
+    """A new backward graph: ``template``'s inputs and outputs (AOTAutograd's calling
+    convention, from torch's extractor), with the body the Rotor sequence dictates;
+    and the forward ops it computes again (name, op)."""
+    by_name = {n.name: n for n in joint.graph.nodes}
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    output = None
+    for node in template.graph.nodes:
+        if node.op == "placeholder":
+            env[by_name[node.name]] = graph.node_copy(node)
+        elif node.op == "output":
+            output = node
+    forward_ops = {n for st in lin.stages for n in st.forward} | lin.free
+    emitter = _Emitter(graph, env, lin.free, forward_ops)
+    first_b = next(i for i, op in enumerate(sequence) if op.kind == rotor.B)
+    for op in sequence[first_b:]:
+        if op.stage > len(lin.stages):
+            continue  # the loss stage: zero cost, no ops
+        stage = lin.stages[op.stage - 1]
+        if op.kind == rotor.B:
+            for n in stage.backward:
+                emitter.emit(n)
+        else:
+            targets = stage.boundary + (stage.saved if op.kind == rotor.F_ALL else [])
+            for n in _needed(stage, targets):
+                emitter.emit(n)
+    outputs = [env[by_name[a.name]] if isinstance(a, fx.Node) else a for a in output.args[0]]
+    graph.output(tuple(outputs))
+    graph.eliminate_dead_code()
+    graph.lint()
+    alive = set(graph.nodes)
+    recomputed = [{"name": n.name, "op": str(n.target)} for n in emitter.recomputed
+                  if n in alive and n.op == "call_function"]
+    return fx.GraphModule(template, graph), recomputed
