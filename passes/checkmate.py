@@ -1,0 +1,535 @@
+"""Checkmate: optimal rematerialization under a memory budget by integer programming.
+
+Problem
+-------
+Given a :class:`~passes.schedule.RematProblem` (a DAG in topological order,
+compute costs, output bytes, outputs to hold at the end) and a budget in bytes,
+find a schedule of least total cost whose peak (as :func:`passes.schedule.simulate`
+counts it) is at most the budget.
+
+Method
+------
+Jain et al., "Checkmate: Breaking the Memory Wall with Optimal Tensor
+Rematerialization", MLSys 2020 (arXiv 1910.02653). The schedule is
+cut into *frontier-advancing stages*: stage ``t`` computes node ``t`` for the
+first time, possibly after recomputing earlier nodes, each at most once, in
+node order. Binary variables: ``R[t,i]`` (node ``i`` computed in stage ``t``),
+``S[t,i]`` (``i`` resident when stage ``t`` starts; ``S[n,.]`` is the state at
+the end, where the outputs must be resident); ``FREE[t,i,k]`` (``i`` freed just
+after computing ``k`` in stage ``t``, with ``i`` an input of ``k`` or ``k``
+itself); continuous ``U[t,k]`` (bytes resident while ``k`` is computed in stage
+``t``). Minimize ``sum C_i R[t,i]`` subject to
+
+* ``R[t,t] = 1``; ``R`` lower triangular, ``S`` strictly lower triangular;
+* ``R[t,j] <= R[t,i] + S[t,i]`` for every edge ``(i, j)`` (inputs available);
+* ``S[t+1,i] <= R[t,i] + S[t,i]`` (only computed or kept values are kept);
+* ``FREE[t,i,k] = R[t,k] (1 - S[t+1,i]) prod_{j users of i, k<j<=t} (1 - R[t,j])``,
+  linearized with one inequality per factor and one for the sum (exact for 0/1 ``R, S``);
+* ``U[t,0] = M_0 R[t,0] + sum_i M_i S[t,i]``,
+  ``U[t,k] = U[t,k-1] - sum_{i in in(k-1) + {k-1}} M_i FREE[t,i,k-1] + M_k R[t,k]``,
+  ``U[t,k] <= budget``.
+
+Added cuts, all satisfied by some optimal solution (drop what is kept but never
+read, and recomputations never read: cost and memory only go down):
+``R[t,i] + S[t,i] <= 1`` (never recompute a resident value), and for ``i < t``
+``S[t,i] <= S[t+1,i] + sum_{j users of i, j<=t} R[t,j]`` and the same bound on
+``R[t,i]``. They make the LP relaxation much tighter. (Fixing ``S[t,i] = 0`` when
+every user of ``i`` precedes ``t`` would *not* be safe: a user recomputed in
+stage ``t`` may read a kept ``i``.)
+
+The ILP is exact *over staged schedules for the given node order*; a schedule
+that first-computes nodes in another order, or computes a node twice between
+two first computations, may do better (:func:`brute_force` searches all
+schedules). Solved with HiGHS (``scipy.optimize.milp``) under a time limit: the
+answer says whether HiGHS stopped early, with the incumbent and its dual bound.
+
+For graphs too large for the ILP, :func:`solve_lp` is the paper's *two-phase
+rounding*: solve the LP relaxation, round ``S`` by a threshold,
+then take the least ``R`` that ``S`` allows (a node is recomputed in stage
+``t`` exactly when a later computation of the stage reads it or the next stage
+keeps it, and it is not resident) -- one backward sweep per stage. The rounded
+schedule may exceed the budget; several thresholds are tried, then the LP is
+solved again under a smaller budget.
+
+Complexity: ``O(n^2)`` binary variables and ``O(n (n + m) d)`` constraints for
+``n`` nodes, ``m`` edges, out-degree ``d``; the ILP is NP-hard in general
+(HiGHS branch and bound), the LP is polynomial, rounding is ``O(n (n + m))``.
+
+Every returned schedule is checked with :func:`passes.schedule.simulate`.
+
+Example
+-------
+A chain ``a -> b -> c`` and a backward ``c -> gb <- b``, ``gb -> ga <- a``:
+holding ``a`` and ``b`` throughout needs 4 units; with 3, ``a`` is recomputed.
+
+>>> from fxremat.passes.schedule import RematProblem
+>>> p = RematProblem(nodes=["a", "b", "c", "gb", "ga"],
+...                  edges=[("a", "b"), ("b", "c"), ("c", "gb"), ("b", "gb"), ("gb", "ga"), ("a", "ga")],
+...                  cost={"a": 1, "b": 10, "c": 1, "gb": 1, "ga": 1},
+...                  size={"a": 1, "b": 1, "c": 1, "gb": 1, "ga": 1}, outputs={"ga"})
+>>> sol = solve(p, budget=3)
+>>> sol.status, sol.cost, sol.peak_bytes
+('optimal', 15, 3)
+>>> [op.node for op in sol.schedule if op.kind == "compute"]
+['a', 'b', 'c', 'gb', 'a', 'ga']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import time
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import coo_matrix
+
+from .schedule import Op, RematProblem, from_computes, memory_lower_bound, simulate
+
+
+class NoScheduleFound(RuntimeError):
+    """No schedule under the budget was found (not proven impossible: see InfeasibleBudget)."""
+
+
+class InfeasibleBudget(NoScheduleFound):
+    """No staged schedule fits the budget (proven by the solver).
+
+    budget: the budget asked for.
+    lower_bound: bytes every schedule needs (largest working set, all outputs together).
+    min_feasible: the smallest budget with a staged schedule for this node order, if found;
+        ``min_feasible_range`` is ``(lower, upper)`` when the search stopped early.
+    """
+
+    def __init__(self, message, *, budget, lower_bound, min_feasible=None, min_feasible_range=None):
+        super().__init__(message)
+        self.budget = budget
+        self.lower_bound = lower_bound
+        self.min_feasible = min_feasible
+        self.min_feasible_range = min_feasible_range
+
+
+@dataclasses.dataclass
+class CheckmateSolution:
+    schedule: list[Op]
+    cost: float          # total cost of ``schedule`` (simulate)
+    peak_bytes: int      # peak of ``schedule`` (simulate), <= budget
+    budget: float
+    method: str          # "ilp" or "lp-rounding"
+    status: str          # "optimal", "time_limit" (incumbent, not proven optimal), "rounded"
+    stopped_early: bool  # the solver hit its time limit
+    objective: float     # HiGHS's objective (equals ``cost`` up to its tolerances)
+    bound: float         # lower bound on the staged optimum (MIP dual bound; LP value)
+    gap: float           # (objective - bound) / objective; 0 when proven optimal
+    solve_seconds: float
+    nodes: list[str]     # the stages, in order (the nodes some output needs)
+    R: np.ndarray        # R[t, i]: nodes[i] computed in stage t, shape (n, n)
+    S: np.ndarray        # S[t, i]: nodes[i] resident when stage t starts, shape (n + 1, n)
+
+
+# ----------------------------------------------------------------------------- the model
+
+
+class _Model:
+    """The MILP in scipy.optimize.milp's form: variables, bounds, sparse rows."""
+
+    def __init__(self, problem: RematProblem, budget: float | None):
+        sub = problem.restricted()
+        self.sub = sub
+        n = self.n = len(sub.nodes)
+        preds, users = sub.preds, sub.users
+        cost = np.array([float(sub.cost[v]) for v in sub.nodes])
+        size = np.array([float(sub.size[v]) for v in sub.nodes])
+        self.scale = max(float(size.max(initial=0.0)), 1.0)
+        mem = size / self.scale
+        is_output = np.zeros(n, dtype=bool)
+        is_output[sub.output_ids] = True
+
+        c, lb, ub, integ = [], [], [], []
+
+        def var(cost_=0.0, lo=0.0, hi=1.0, integer=True):
+            c.append(cost_)
+            lb.append(lo)
+            ub.append(hi)
+            integ.append(1 if integer else 0)
+            return len(c) - 1
+
+        self.r = {}
+        for t in range(n):
+            for i in range(t + 1):
+                self.r[t, i] = var(cost[i], 1.0 if i == t else 0.0, 1.0)
+        self.s = {}
+        for t in range(1, n + 1):
+            for i in range(t):
+                if t == n:
+                    fixed = 1.0 if is_output[i] else 0.0
+                    self.s[t, i] = var(0.0, fixed, fixed)
+                else:
+                    self.s[t, i] = var(0.0, 0.0, 1.0)
+        self.free = {}
+        for t in range(n):
+            for k in range(t + 1):
+                for i in preds[k] + [k]:
+                    self.free[t, i, k] = var(0.0, 0.0, 1.0, integer=False)
+        self.budget_var = None
+        if budget is None:  # minimize the peak instead
+            self.budget_var = var(1.0, 0.0, np.inf, integer=False)
+            c[:self.budget_var] = [0.0] * self.budget_var
+        u_hi = np.inf if budget is None else budget / self.scale
+        self.u = {}
+        for t in range(n):
+            for k in range(t + 1):
+                self.u[t, k] = var(0.0, 0.0, u_hi, integer=False)
+
+        rows, cols, vals, lo_, hi_ = [], [], [], [], []
+
+        def row(terms, lo=-np.inf, hi=np.inf):
+            r = len(lo_)
+            for col, val in terms:
+                rows.append(r)
+                cols.append(col)
+                vals.append(val)
+            lo_.append(lo)
+            hi_.append(hi)
+
+        R, S, F, U = self.r, self.s, self.free, self.u
+        for t in range(n):
+            # Inputs available: R[t,j] <= R[t,i] + S[t,i].
+            for j in range(t + 1):
+                for i in preds[j]:
+                    terms = [(R[t, j], 1.0), (R[t, i], -1.0)]
+                    if i < t:
+                        terms.append((S[t, i], -1.0))
+                    row(terms, hi=0.0)
+            # Kept only if computed or kept: S[t+1,i] <= R[t,i] + S[t,i]; no recompute of resident.
+            for i in range(t):
+                row([(S[t + 1, i], 1.0), (R[t, i], -1.0), (S[t, i], -1.0)], hi=0.0)
+                row([(R[t, i], 1.0), (S[t, i], 1.0)], hi=1.0)
+                # Cuts: what is kept into stage t, or recomputed in it, is read in the stage or kept on.
+                readers = [(R[t, j], -1.0) for j in users[i] if j <= t]
+                row([(S[t, i], 1.0), (S[t + 1, i], -1.0)] + readers, hi=0.0)
+                row([(R[t, i], 1.0), (S[t + 1, i], -1.0)] + readers, hi=0.0)
+            # FREE[t,i,k] = R[t,k] (1 - S[t+1,i]) prod (1 - R[t,j]), j users of i in (k, t].
+            for k in range(t + 1):
+                for i in preds[k] + [k]:
+                    f = F[t, i, k]
+                    later = [j for j in users[i] if k < j <= t]
+                    row([(f, 1.0), (R[t, k], -1.0)], hi=0.0)
+                    row([(f, 1.0), (S[t + 1, i], 1.0)], hi=1.0)
+                    for j in later:
+                        row([(f, 1.0), (R[t, j], 1.0)], hi=1.0)
+                    row([(R[t, k], 1.0), (S[t + 1, i], -1.0), (f, -1.0)] + [(R[t, j], -1.0) for j in later],
+                        hi=0.0)
+            # Memory.
+            row([(U[t, 0], 1.0), (R[t, 0], -mem[0])] + [(S[t, i], -mem[i]) for i in range(t)], lo=0.0, hi=0.0)
+            for k in range(1, t + 1):
+                terms = [(U[t, k], 1.0), (U[t, k - 1], -1.0), (R[t, k], -mem[k])]
+                terms += [(F[t, i, k - 1], mem[i]) for i in preds[k - 1] + [k - 1]]
+                row(terms, lo=0.0, hi=0.0)
+            if self.budget_var is not None:
+                for k in range(t + 1):
+                    row([(U[t, k], 1.0), (self.budget_var, -1.0)], hi=0.0)
+
+        self.c = np.array(c)
+        self.bounds = Bounds(np.array(lb), np.array(ub))
+        self.integrality = np.array(integ)
+        nvar = len(c)
+        self.A = coo_matrix((vals, (rows, cols)), shape=(len(lo_), nvar)).tocsr()
+        self.lo = np.array(lo_)
+        self.hi = np.array(hi_)
+
+    def run(self, *, integral: bool, time_limit: float | None, mip_rel_gap: float = 0.0):
+        options = {"disp": False, "presolve": True}
+        if time_limit is not None:
+            options["time_limit"] = float(time_limit)
+        if integral:
+            options["mip_rel_gap"] = float(mip_rel_gap)
+        start = time.perf_counter()
+        res = milp(self.c, integrality=self.integrality if integral else None, bounds=self.bounds,
+                   constraints=LinearConstraint(self.A, self.lo, self.hi), options=options)
+        return res, time.perf_counter() - start
+
+    def matrices(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """R (n, n) and S (n + 1, n) as arrays of floats."""
+        n = self.n
+        R = np.zeros((n, n))
+        S = np.zeros((n + 1, n))
+        for (t, i), col in self.r.items():
+            R[t, i] = x[col]
+        for (t, i), col in self.s.items():
+            S[t, i] = x[col]
+        return R, S
+
+
+def _computes(nodes: list[str], R: np.ndarray) -> list[str]:
+    n = len(nodes)
+    return [nodes[i] for t in range(n) for i in range(t + 1) if R[t, i]]
+
+
+def _schedule(problem: RematProblem, nodes: list[str], R: np.ndarray) -> tuple[list[Op], float, int]:
+    schedule = from_computes(problem, _computes(nodes, R))
+    cost, peak = simulate(problem, schedule)
+    return schedule, cost, peak
+
+
+def recompute_given_storage(sub: RematProblem, S: np.ndarray) -> np.ndarray:
+    """Phase two of two-phase rounding: the least ``R`` that a 0/1 ``S`` allows.
+
+    ``sub`` must be restricted (every node needed). ``R[t,i] = 1`` when ``i == t``, or ``i``
+    is not resident at the start of stage ``t`` and either the next stage keeps it or a
+    node computed later in stage ``t`` reads it. Users come after their inputs, so one
+    backward sweep over each stage settles it.
+    """
+    n = len(sub.nodes)
+    users = sub.users
+    R = np.zeros((n, n), dtype=bool)
+    for t in range(n):
+        R[t, t] = True
+        for i in range(t - 1, -1, -1):
+            if S[t, i]:
+                continue
+            R[t, i] = bool(S[t + 1, i]) or any(R[t, j] for j in users[i] if j <= t)
+    return R
+
+
+# ----------------------------------------------------------------------------- solvers
+
+
+def _infeasible(problem: RematProblem, budget: float, time_limit: float | None, why: str,
+                search: bool = True) -> InfeasibleBudget:
+    lower = memory_lower_bound(problem)
+    if not search:
+        return InfeasibleBudget(f"{why} (every schedule needs at least {lower:g} bytes)",
+                                budget=budget, lower_bound=lower)
+    lo, hi, exact = min_budget(problem, time_limit=time_limit)
+    if exact:
+        detail = f"the smallest budget with a staged schedule in this node order is {hi:g} bytes"
+        return InfeasibleBudget(f"{why}: {detail} (every schedule needs at least {lower:g} bytes)",
+                                budget=budget, lower_bound=lower, min_feasible=hi, min_feasible_range=(hi, hi))
+    if hi is None:
+        detail = "the smallest feasible budget could not be determined in the time limit"
+    else:
+        detail = f"the smallest budget with a staged schedule is between {lo:g} and {hi:g} bytes"
+    return InfeasibleBudget(f"{why}: {detail} (every schedule needs at least {lower:g} bytes)",
+                            budget=budget, lower_bound=lower, min_feasible_range=(lo, hi))
+
+
+def _empty(budget: float, method: str) -> CheckmateSolution:
+    z = np.zeros((0, 0))
+    return CheckmateSolution([], 0, 0, budget, method, "optimal", False, 0.0, 0.0, 0.0, 0.0, [], z,
+                             np.zeros((1, 0)))
+
+
+def solve(problem: RematProblem, budget: float, *, time_limit: float | None = 60.0,
+          mip_rel_gap: float = 0.0, report_min_budget: bool = True) -> CheckmateSolution:
+    """The Checkmate ILP: the cheapest staged schedule with peak <= ``budget`` bytes.
+
+    Returns the incumbent even when HiGHS stops at ``time_limit`` (``stopped_early``,
+    ``bound``, ``gap`` say how far from proven it is). Raises InfeasibleBudget when no
+    staged schedule fits -- with the smallest budget that does, from :func:`min_budget`
+    (a second ILP, under the same time limit), unless ``report_min_budget`` is false --
+    and NoScheduleFound when the time ran out before any schedule was found.
+    """
+    if not problem.needed:
+        return _empty(budget, "ilp")
+    if budget < memory_lower_bound(problem):
+        raise _infeasible(problem, budget, time_limit, f"budget {budget:g} bytes is below the working-set bound",
+                          report_min_budget)
+    # HiGHS accepts memory rows up to its feasibility tolerance (on sizes scaled by the
+    # largest): if the exact simulation overshoots, solve again with the overshoot removed.
+    model_budget, seconds = budget, 0.0
+    for _ in range(3):
+        model = _Model(problem, model_budget)
+        res, took = model.run(integral=True, time_limit=time_limit, mip_rel_gap=mip_rel_gap)
+        seconds += took
+        if res.status == 2:
+            raise _infeasible(problem, budget, time_limit, f"budget {budget:g} bytes is infeasible for staged "
+                              "schedules", report_min_budget)
+        if res.x is None:
+            raise NoScheduleFound(f"HiGHS found no schedule within {time_limit} s ({res.message}); "
+                                  f"the budget may be infeasible: try solve_lp or a longer time limit")
+        R, S = model.matrices(res.x)
+        R, S = R > 0.5, S > 0.5
+        nodes = list(model.sub.nodes)
+        schedule, cost, peak = _schedule(problem, nodes, R)
+        if peak <= budget:
+            break
+        model_budget -= peak - budget
+    else:
+        raise NoScheduleFound(f"the ILP's schedules overshoot {budget:g} bytes by HiGHS's tolerance")
+    objective = float(res.fun)
+    stopped = res.status != 0
+    bound = float(res.mip_dual_bound) if res.mip_dual_bound is not None else objective
+    bound = min(bound, objective)
+    gap = 0.0 if not stopped else (objective - bound) / objective if objective else 0.0
+    return CheckmateSolution(
+        schedule=schedule, cost=cost, peak_bytes=peak, budget=budget, method="ilp",
+        status="time_limit" if stopped else "optimal", stopped_early=stopped, objective=objective,
+        bound=bound, gap=gap, solve_seconds=seconds, nodes=nodes, R=R, S=S)
+
+
+def solve_lp(problem: RematProblem, budget: float, *,
+             thresholds=(0.5, 0.25, 0.75, 0.1, 0.9, 0.01, 0.99),
+             budget_scales=(1.0, 0.9, 0.8, 0.7, 0.6, 0.5), time_limit: float | None = 60.0
+             ) -> CheckmateSolution:
+    """Two-phase LP rounding: an approximate Checkmate schedule with peak <= ``budget``.
+
+    The LP relaxation is solved under ``budget * scale`` for each scale in turn until some
+    threshold rounds ``S`` to a schedule that fits ``budget``; the cheapest is returned.
+    ``bound`` is the LP value at the full budget, a lower bound on the staged ILP optimum.
+    Raises InfeasibleBudget when even the LP has no solution, NoScheduleFound when no
+    rounding fits.
+    """
+    if not problem.needed:
+        return _empty(budget, "lp-rounding")
+    if budget < memory_lower_bound(problem):
+        raise InfeasibleBudget(
+            f"budget {budget:g} bytes is below the working-set bound {memory_lower_bound(problem):g}",
+            budget=budget, lower_bound=memory_lower_bound(problem))
+    start = time.perf_counter()
+    deadline = None if time_limit is None else start + time_limit
+    best = None
+    bound = None
+    stopped = False
+    tried = 0
+    for scale in budget_scales:
+        remaining = None if deadline is None else max(deadline - time.perf_counter(), 0.0)
+        if remaining is not None and remaining <= 0:
+            stopped = True
+            break
+        model = _Model(problem, budget * scale)
+        res, _ = model.run(integral=False, time_limit=remaining)
+        if res.status == 2:
+            if bound is None:
+                lower = memory_lower_bound(problem)
+                raise InfeasibleBudget(
+                    f"budget {budget:g} bytes is infeasible: even the LP relaxation has no staged "
+                    f"schedule (every schedule needs at least {lower:g} bytes; min_budget() finds "
+                    f"the smallest feasible budget)", budget=budget, lower_bound=lower)
+            break
+        if res.x is None:
+            stopped = True
+            break
+        if bound is None:
+            bound = float(res.fun)
+        _, S_frac = model.matrices(res.x)
+        sub, nodes = model.sub, list(model.sub.nodes)
+        seen = set()
+        for threshold in thresholds:
+            S = S_frac >= threshold
+            S[model.n] = False
+            S[model.n, sub.output_ids] = True
+            key = S.tobytes()
+            if key in seen:
+                continue
+            seen.add(key)
+            tried += 1
+            R = recompute_given_storage(sub, S)
+            schedule, cost, peak = _schedule(problem, nodes, R)
+            if peak <= budget and (best is None or cost < best[1]):
+                best = (schedule, cost, peak, R, S)
+        if best is not None:
+            break
+    seconds = time.perf_counter() - start
+    if best is None:
+        raise NoScheduleFound(f"two-phase rounding found no schedule under {budget:g} bytes "
+                              f"({tried} roundings tried{', time limit hit' if stopped else ''}); "
+                              f"try solve() (the ILP) or a larger budget")
+    schedule, cost, peak, R, S = best
+    return CheckmateSolution(
+        schedule=schedule, cost=cost, peak_bytes=peak, budget=budget, method="lp-rounding",
+        status="rounded", stopped_early=stopped, objective=cost, bound=bound,
+        gap=(cost - bound) / cost if cost else 0.0, solve_seconds=seconds, nodes=nodes, R=R, S=S)
+
+
+def min_budget(problem: RematProblem, *, time_limit: float | None = 60.0
+               ) -> tuple[float, float | None, bool]:
+    """The smallest peak of a staged schedule (the same ILP, minimizing the peak).
+
+    Returns ``(lower, upper, exact)``: bytes, with ``upper`` the peak of a schedule found
+    (simulated) or None, and ``exact`` when HiGHS proved it optimal.
+    """
+    if not problem.needed:
+        return 0.0, 0.0, True
+    model = _Model(problem, None)
+    res, _ = model.run(integral=True, time_limit=time_limit)
+    lower = float(memory_lower_bound(problem))
+    if res.x is None:
+        return lower, None, False
+    R, _ = model.matrices(res.x)
+    _, _, peak = _schedule(problem, list(model.sub.nodes), R > 0.5)
+    if res.status == 0:
+        return float(peak), float(peak), True
+    if res.mip_dual_bound is not None:
+        lower = max(lower, float(res.mip_dual_bound) * model.scale)
+    return min(lower, float(peak)), float(peak), False
+
+
+# ----------------------------------------------------------------------------- brute force (tests)
+
+
+def brute_force(problem: RematProblem, budget: float) -> tuple[float, list[Op]]:
+    """The cheapest schedule of all (not only staged ones) with peak <= budget: Dijkstra over
+    resident sets (tests only: ``2^n`` states). Raises InfeasibleBudget if there is none."""
+    sub = problem.restricted()
+    n = len(sub.nodes)
+    size = [sub.size[v] for v in sub.nodes]
+    cost = [sub.cost[v] for v in sub.nodes]
+    pred_mask = [sum(1 << p for p in ps) for ps in sub.preds]
+    goal = sum(1 << o for o in sub.output_ids)
+    mem = {0: 0}
+    dist = {0: 0}
+    parent: dict[int, tuple[int, Op]] = {}
+    counter = itertools.count()
+    heap = [(0, next(counter), 0)]
+    while heap:
+        d, _, state = heapq.heappop(heap)
+        if d > dist[state]:
+            continue
+        if state & goal == goal:
+            ops = []
+            while state in parent:
+                state, op = parent[state]
+                ops.append(op)
+            return d, ops[::-1]
+        used = mem[state]
+        for v in range(n):
+            bit = 1 << v
+            if state & bit:
+                nxt, step, op = state & ~bit, 0, Op("free", sub.nodes[v])
+                nmem = used - size[v]
+            elif state & pred_mask[v] == pred_mask[v] and used + size[v] <= budget:
+                nxt, step, op = state | bit, cost[v], Op("compute", sub.nodes[v])
+                nmem = used + size[v]
+            else:
+                continue
+            if d + step < dist.get(nxt, float("inf")):
+                dist[nxt] = d + step
+                mem[nxt] = nmem
+                parent[nxt] = (state, op)
+                heapq.heappush(heap, (d + step, next(counter), nxt))
+    raise InfeasibleBudget(f"no schedule fits {budget:g} bytes", budget=budget,
+                           lower_bound=memory_lower_bound(problem))
+
+
+def brute_force_staged(problem: RematProblem, budget: float) -> tuple[float, list[Op]]:
+    """The cheapest staged schedule with peak <= budget, by enumerating every 0/1 ``S``
+    (with the least ``R`` for each): what the ILP optimizes over. Tests only: ``2^(n(n-1)/2)``."""
+    sub = problem.restricted()
+    n = len(sub.nodes)
+    nodes = list(sub.nodes)
+    free_bits = [(t, i) for t in range(1, n) for i in range(t)]
+    best = None
+    S = np.zeros((n + 1, n), dtype=bool)
+    S[n, sub.output_ids] = True
+    for bits in itertools.product((False, True), repeat=len(free_bits)):
+        for (t, i), b in zip(free_bits, bits):
+            S[t, i] = b
+        R = recompute_given_storage(sub, S)
+        schedule, cost, peak = _schedule(problem, nodes, R)
+        if peak <= budget and (best is None or cost < best[0]):
+            best = (cost, schedule)
+    if best is None:
+        raise InfeasibleBudget(f"no staged schedule fits {budget:g} bytes", budget=budget,
+                               lower_bound=memory_lower_bound(problem))
+    return best
