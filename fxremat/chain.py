@@ -82,18 +82,27 @@ def _is_pinned_rng(node: fx.Node) -> bool:
     return getattr(node.target, "_opname", getattr(node.target, "__name__", "")) not in deterministic
 
 
+def _is_seed_lookup(node: fx.Node) -> bool:
+    return getattr(node.target, "_opname", "") == "inductor_lookup_seed"
+
+
 def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Node], inputs: set[str],
               backward: list[fx.Node], saved: set[fx.Node], cost: dict[fx.Node, float],
               max_stages: int = 64) -> Linearization:
     nodes = [n for n in joint.graph.nodes if n.op != "output"]
+    pinned: list[fx.Node] = [n for n in nodes if n in forward and _is_pinned_rng(n)]
+    # Free: cheap values computable from inputs, constants and pinned values alone (a
+    # transposed weight, a causal mask, the seed of one dropout): made where needed.
     free: set[fx.Node] = set()
     for n in nodes:
-        if n in forward and (n.op in ("placeholder", "get_attr") or (
-                all(a in free for a in n.all_input_nodes) and oplib.is_fusible(n))):
+        if n in forward and n not in pinned and (n.op in ("placeholder", "get_attr") or (
+                all(a in free or a in pinned for a in n.all_input_nodes)
+                and (oplib.is_fusible(n) or _is_seed_lookup(n)))):
             free.add(n)
     # The forward's ops: those its outputs need, and those the min-cut saves for the
     # backward (a value only the backward reads, computed early because it is small).
-    order = [n for n in nodes if (n in required or (n in saved and n in forward)) and n not in free]
+    order = [n for n in nodes if (n in required or (n in saved and n in forward))
+             and n not in free and n not in pinned]
     position = {n: i for i, n in enumerate(order)}
     last_fwd_use: dict[fx.Node, int] = {}
     for n in order:
@@ -121,7 +130,6 @@ def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Nod
         if k in wanted and acc >= total / max_stages:
             cuts.append(k)
             acc = 0.0
-    pinned: list[fx.Node] = [n for n in nodes if n in forward and _is_pinned_rng(n)]
     while True:
         lin = _stages(order, cuts, last_fwd_use, backward, saved, free, forward, pinned)
         merge = _first_violation(lin)
@@ -247,27 +255,42 @@ def inputs_read(joint: fx.GraphModule, lin: Linearization, sequence: list[rotor.
 
 
 class _Emitter:
-    """Writes joint-graph ops into a new graph, each value's latest copy in ``env``."""
+    """Writes joint-graph ops into a new graph, each value's latest copy in ``env``.
 
-    def __init__(self, graph: fx.Graph, env: dict[fx.Node, fx.Node], free: set[fx.Node], forward: set[fx.Node]):
+    ``only``: emit just these (operation index, node) copies (the ones a first,
+    scratch pass found alive); None emits all. ``scratch``: a missing input becomes a
+    stand-in placeholder, so a first pass can find out what is really read."""
+
+    def __init__(self, graph: fx.Graph, env: dict[fx.Node, fx.Node], free: set[fx.Node], forward: set[fx.Node],
+                 only: set[tuple[int, str]] | None = None, scratch: bool = False):
         self.graph, self.env, self.free, self.forward = graph, env, free, forward
+        self.only, self.scratch = only, scratch
         self.recomputed: list[fx.Node] = []  # copies of forward ops
+        self.copies: dict[fx.Node, tuple[int, str]] = {}  # copy -> (operation index, joint node)
+        self.stand_ins: list[fx.Node] = []
+        self.op_index = -1
 
     def value(self, node: fx.Node) -> fx.Node:
         if node not in self.env:
+            if self.scratch and (node.op == "placeholder" or not (node in self.free or oplib.is_view(node))):
+                self.env[node] = self.graph.placeholder(f"missing_{node.name}")
+                self.stand_ins.append(self.env[node])
+                return self.env[node]
             # Free values and views of available values are made where needed.
             if node.op == "placeholder" or not (node in self.free or oplib.is_view(node)):
                 raise KeyError(f"fxremat rotor: {node.name} is not available in the backward")
-            for a in node.all_input_nodes:
-                self.value(a)
             self.emit(node)
         return self.env[node]
 
     def emit(self, node: fx.Node) -> None:
+        key = (self.op_index, node.name)
+        if self.only is not None and key not in self.only:
+            return
         for a in node.all_input_nodes:
             self.value(a)
         copy = self.graph.node_copy(node, lambda a: self.env[a])
         self.env[node] = copy
+        self.copies[copy] = key
         if node in self.forward:
             self.recomputed.append(copy)
 
@@ -289,10 +312,22 @@ def _needed(stage: Stage, targets: list[fx.Node]) -> list[fx.Node]:
 
 
 def emit_backward(template: fx.GraphModule, joint: fx.GraphModule, lin: Linearization,
-                  sequence: list[rotor.Op]) -> tuple[fx.GraphModule, list[dict]]:
+                  sequence: list[rotor.Op]) -> tuple[fx.GraphModule, list[dict], set[str]]:
     """A new backward graph: ``template``'s inputs and outputs (AOTAutograd's calling
     convention, from torch's extractor), with the body the Rotor sequence dictates;
-    and the forward ops it computes again (name, op)."""
+    the forward ops it computes again (name, op); and the inputs it reads."""
+    scratch, emitter = _emit(template, joint, lin, sequence, None)
+    alive = {emitter.copies[n] for n in scratch.nodes if n in emitter.copies}
+    if any(n.users for n in emitter.stand_ins):
+        missing = sorted(n.name for n in emitter.stand_ins if n.users)
+        raise KeyError(f"fxremat rotor: the backward reads {missing}, which the forward does not save")
+    graph, emitter = _emit(template, joint, lin, sequence, alive)
+    recomputed = [{"name": n.name, "op": str(n.target)} for n in emitter.recomputed if n.op == "call_function"]
+    reads = {n.name for n in graph.find_nodes(op="placeholder") if n.users}
+    return fx.GraphModule(template, graph), recomputed, reads
+
+
+def _emit(template, joint, lin, sequence, only):
     by_name = {n.name: n for n in joint.graph.nodes}
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
@@ -303,9 +338,10 @@ def emit_backward(template: fx.GraphModule, joint: fx.GraphModule, lin: Lineariz
         elif node.op == "output":
             output = node
     forward_ops = {n for st in lin.stages for n in st.forward} | lin.free
-    emitter = _Emitter(graph, env, lin.free, forward_ops)
+    emitter = _Emitter(graph, env, lin.free, forward_ops, only=only, scratch=only is None)
     first_b = next(i for i, op in enumerate(sequence) if op.kind == rotor.B)
-    for op in sequence[first_b:]:
+    for index, op in enumerate(sequence[first_b:]):
+        emitter.op_index = index
         if op.stage > len(lin.stages):
             continue  # the loss stage: zero cost, no ops
         stage = lin.stages[op.stage - 1]
@@ -316,11 +352,10 @@ def emit_backward(template: fx.GraphModule, joint: fx.GraphModule, lin: Lineariz
             targets = stage.boundary + (stage.saved if op.kind == rotor.F_ALL else [])
             for n in _needed(stage, targets):
                 emitter.emit(n)
-    outputs = [env[by_name[a.name]] if isinstance(a, fx.Node) else a for a in output.args[0]]
+    emitter.op_index = len(sequence)
+    outputs = [emitter.value(by_name[a.name]) if isinstance(a, fx.Node) else a for a in output.args[0]]
     graph.output(tuple(outputs))
     graph.eliminate_dead_code()
-    graph.lint()
-    alive = set(graph.nodes)
-    recomputed = [{"name": n.name, "op": str(n.target)} for n in emitter.recomputed
-                  if n in alive and n.op == "call_function"]
-    return fx.GraphModule(template, graph), recomputed
+    if only is not None:
+        graph.lint()
+    return graph, emitter

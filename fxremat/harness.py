@@ -110,6 +110,8 @@ def _child(spec: dict) -> dict:
     result["predicted_peak_bytes"] = [p.predicted_peak_bytes for p in plans]
     result["saved_activation_bytes"] = [p.saved_activation_bytes for p in plans]
     result["recomputed_ops"] = [len(p.recomputed) for p in plans]
+    result["budget_bytes"] = [p.budget_bytes for p in plans]
+    result["solver"] = [p.solver for p in plans]
     return result
 
 

@@ -181,6 +181,25 @@ def make_inplace(batch: int = 16, dim: int = 32):
     return model, (torch.randn(batch, dim), torch.randn(batch, dim))
 
 
+def make_deep_cnn(batch: int = 4, size: int = 32, depth: int = 8, width: int = 16):
+    """A deep plain CNN: ``depth`` conv + batchnorm + ReLU layers at full resolution."""
+    layers: list[nn.Module] = [nn.Conv2d(3, width, 3, padding=1)]
+    for _ in range(depth):
+        layers += [nn.BatchNorm2d(width), nn.ReLU(), nn.Conv2d(width, width, 3, padding=1)]
+    model = _Classifier(nn.Sequential(*layers), width)
+    return model, (torch.randn(batch, 3, size, size), torch.randint(0, 10, (batch,)))
+
+
+class _Classifier(nn.Module):
+    def __init__(self, features: nn.Module, width: int, classes: int = 10):
+        super().__init__()
+        self.features = features
+        self.fc = nn.Linear(width, classes)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.fc(self.features(x).mean(dim=(2, 3))), y)
+
+
 def make_unet(batch: int = 2, size: int = 32):
     model = UNet()
     return model, (torch.randn(batch, 3, size, size), torch.randn(batch, 3, size, size))
@@ -192,5 +211,6 @@ ZOO = {
     "cnn": make_cnn,
     "inplace": make_inplace,
     "unet": make_unet,
+    "deep_cnn": make_deep_cnn,
     "gpt": make_gpt,
 }

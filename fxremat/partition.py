@@ -367,41 +367,75 @@ def _rotor(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node
                + sum(node_bytes(n) for n in gradients)
                + sum(node_bytes(n) for n in joint.graph.nodes if _compat.is_tangent(n))
                + _activation_bytes(lin.pinned, ctx.by_name, ctx.input_names))
-    primals = [n for n in joint.graph.nodes if n.op == "placeholder"]
     syms = [n for n in mincut_saved if _compat.is_sym_node(n)]
-    dp_budget = budget - outside
-    best = None
-    for _attempt in range(4):
-        try:
-            if dp_budget <= 0:
-                raise rotor.InfeasibleBudget("no memory left for the chain", dp_budget, rotor.min_budget(rchain))
-            solution = rotor.solve(rchain, dp_budget)
-        except rotor.InfeasibleBudget as err:
-            least = int(err.min_budget + outside)
-            raise BudgetError(
-                f"fxremat: memory_budget={ctx.options.memory_budget.describe() if ctx.options.memory_budget else None}"
-                f" ({_fmt(budget)}) is below the minimum feasible budget for graph {ctx.graph_id}: about "
-                f"{_fmt(least)} ({least} bytes) with Rotor on {len(lin.stages)} stages (the chain needs "
-                f"{_fmt(int(err.min_budget))}; outputs, gradients and pinned values {_fmt(outside)}). "
-                f"Allowed: a budget of at least {least} bytes.") from err
+
+    def build(solution: rotor.Solution) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
         # Keep storages, not views (views are made again where read; see _check_no_aliasing).
         kept = {ctx.by_name.get(storage_of(n) or "", n) if storage_of(n) not in ctx.input_names else n
                 for n in chain.kept_after_forward(lin, solution.sequence) + lin.pinned}
         needed_inputs = {n for n in chain.inputs_read(joint, lin, solution.sequence) if _compat.is_primal(n)}
         saved = [n for n in joint.graph.nodes if (n in kept and n not in lin.free) or n in syms or n in needed_inputs]
         fwd, template = _extract(ctx, saved, keep_unused=True)
-        bwd, recomputed = chain.emit_backward(template, joint, lin, solution.sequence)
+        bwd, recomputed, reads = chain.emit_backward(template, joint, lin, solution.sequence)
+        if any(n.name not in reads for n in saved):  # kept by the sequence, read by no op: do not save
+            saved = [n for n in saved if n.name in reads]
+            fwd, template = _extract(ctx, saved, keep_unused=True)
+            bwd, recomputed, reads = chain.emit_backward(template, joint, lin, solution.sequence)
         plan = _plan(ctx, "rotor", fwd, bwd, saved, solution.makespan, recomputed,
                      sequence=rotor.format_sequence(solution.sequence), stages=len(lin.stages))
         plan.budget_bytes = budget
-        if plan.predicted_peak_bytes <= budget:
-            return fwd, bwd, plan
-        best = plan if best is None or plan.predicted_peak_bytes < best.predicted_peak_bytes else best
-        dp_budget -= plan.predicted_peak_bytes - budget  # the chain model missed by this much
+        return fwd, bwd, plan
+
+    def pessimism(solution: rotor.Solution, plan: Plan) -> float:
+        """How far the chain model's peak overstates the predicted timeline's."""
+        return plan.predicted_peak_bytes / max(solution.peak + outside, 1.0)
+
+    try:
+        solution = rotor.solve(rchain, budget - outside) if budget > outside else None
+    except rotor.InfeasibleBudget:
+        solution = None
+    if solution is None:
+        # The chain model is an upper bound: check with the least-memory plan how much it
+        # overstates, and whether the budget is feasible after all.
+        least = rotor.solve(rchain, rotor.min_budget(rchain) * 1.02)
+        result = build(least)
+        if result[2].predicted_peak_bytes > budget:
+            least_bytes = result[2].predicted_peak_bytes
+            raise BudgetError(
+                f"fxremat: memory_budget={ctx.options.memory_budget.describe() if ctx.options.memory_budget else None}"
+                f" ({_fmt(budget)}) is below the minimum feasible budget for graph {ctx.graph_id}: the least-memory "
+                f"Rotor plan ({len(lin.stages)} stages) predicts {_fmt(least_bytes)}. Allowed: a budget of at least "
+                f"{least_bytes} bytes.")
+        ratio = pessimism(least, result[2])
+        try:
+            solution = rotor.solve(rchain, budget / ratio - outside)
+        except rotor.InfeasibleBudget:
+            solution = least
+    result = build(solution)
+    for _ in range(4):
+        plan = result[2]
+        if plan.predicted_peak_bytes > budget:  # the model missed: shrink its budget
+            dp_budget = (solution.peak + outside) * budget / plan.predicted_peak_bytes * 0.98 - outside
+            try:
+                solution = rotor.solve(rchain, dp_budget)
+            except rotor.InfeasibleBudget:
+                break
+            result = build(solution)
+            continue
+        if plan.predicted_peak_bytes < 0.9 * budget:  # room left: a faster plan may fit
+            try:
+                faster = rotor.solve(rchain, budget / pessimism(solution, plan) * 0.97 - outside)
+            except rotor.InfeasibleBudget:
+                return result
+            if faster.makespan < solution.makespan:
+                candidate = build(faster)
+                if candidate[2].predicted_peak_bytes <= budget:
+                    return candidate
+        return result
     raise BudgetError(
-        f"fxremat: the Rotor plans for graph {ctx.graph_id} do not fit memory_budget {_fmt(budget)}: the best "
-        f"predicts {_fmt(best.predicted_peak_bytes)} ({best.predicted_peak_bytes} bytes). Allowed: a budget of at "
-        f"least {best.predicted_peak_bytes} bytes.")
+        f"fxremat: the Rotor plans for graph {ctx.graph_id} do not fit memory_budget {_fmt(budget)}: the last "
+        f"predicts {_fmt(result[2].predicted_peak_bytes)}. Allowed: a budget of at least "
+        f"{result[2].predicted_peak_bytes} bytes.")
 
 
 def _warn_on_checkpoint_preferences(joint: fx.GraphModule, graph_id: str) -> None:
