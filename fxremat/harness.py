@@ -37,9 +37,10 @@ MMAP_THRESHOLD = 64 * 1024
 
 def measure_step(model: str, backend: str = "fxremat", options: dict | None = None, *, device: str = "cpu",
                  dtype: str = "float32", model_kwargs: dict | None = None, warmup: int = 2,
-                 timeout: float = 900) -> dict[str, Any]:
+                 time_steps: int = 0, timeout: float = 900) -> dict[str, Any]:
+    """``time_steps``: also time that many training steps (median ``step_seconds``)."""
     spec = {"model": model, "backend": backend, "options": options or {}, "device": device, "dtype": dtype,
-            "model_kwargs": model_kwargs or {}, "warmup": warmup}
+            "model_kwargs": model_kwargs or {}, "warmup": warmup, "time_steps": time_steps}
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD), PYTHONWARNINGS="ignore")
     out = subprocess.run([sys.executable, "-m", "fxremat.harness", json.dumps(spec)], capture_output=True,
                          text=True, env=env, timeout=timeout)
@@ -106,6 +107,16 @@ def _child(spec: dict) -> dict:
         step()
         result["rss_peak_bytes"] = (_rss_kib("VmHWM") - before) * 1024
         result["device_name"] = "cpu"
+    if spec.get("time_steps"):
+        import statistics
+
+        from fxremat.measure import time_steps
+
+        def train_step():
+            model.zero_grad(set_to_none=True)
+            step()
+
+        result["step_seconds"] = statistics.median(time_steps(train_step, warmup=1, steps=spec["time_steps"]))
     plans = fxremat.inspect.plans()
     result["predicted_peak_bytes"] = [p.predicted_peak_bytes for p in plans]
     result["saved_activation_bytes"] = [p.saved_activation_bytes for p in plans]
