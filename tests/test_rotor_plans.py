@@ -106,3 +106,12 @@ def test_measured_peak_stays_under_the_budget_with_inductor():
         budget_bytes = result["budget_bytes"][0]
         assert result["peak_bytes"] <= 1.05 * budget_bytes, (budget, result["peak_bytes"], budget_bytes)
     assert measured == sorted(measured, reverse=True)
+
+
+@pytest.mark.inductor
+@pytest.mark.xfail(strict=True, reason="known gap: Inductor's scheduler reorders the emitted backward; the "
+                                       "measured peak of this plan is ~28% over its budget (README)")
+def test_measured_peak_under_budget_four_blocks_at_sixty_percent():
+    result = measure_step("transformer", "fxremat", {"memory_budget": 0.6},
+                          model_kwargs=dict(batch=16, seq=64, layers=4))
+    assert result["peak_bytes"] <= 1.05 * result["budget_bytes"][0]
