@@ -179,6 +179,18 @@ def default_partition_fn():
     return _partitioners.min_cut_rematerialization_partition
 
 
+def save_all_partition_fn():
+    """PyTorch's partitioner without recomputation (saves what autograd would), for comparisons."""
+    return _partitioners.default_partition
+
+
+def activation_memory_budget(budget: float):
+    """Context manager: PyTorch's own partitioner under ``activation_memory_budget`` (comparisons)."""
+    from torch._functorch import config as functorch_config
+
+    return functorch_config.patch(activation_memory_budget=budget)
+
+
 def inductor_decompositions():
     from torch._inductor.decomposition import select_decomp_table
 
