@@ -63,7 +63,7 @@ import torch
 import torch.fx as fx
 
 from . import oplib
-from .sizes import _hint, node_bytes
+from .sizes import _hint, flat_tensors, node_bytes, tensor_bytes
 from .timeline import fused_away
 
 aten = torch.ops.aten
@@ -344,20 +344,8 @@ def profile_for(device: str | torch.device | DeviceProfile | None = None, *, cal
 # --- per node ---------------------------------------------------------------------------------
 
 
-def _flat_tensors(val) -> list[torch.Tensor]:
-    if isinstance(val, torch.Tensor):
-        return [val]
-    if isinstance(val, (list, tuple)):
-        return [t for v in val for t in _flat_tensors(v)]
-    return []
-
-
 def _numel(t: torch.Tensor) -> int:
     return _hint(t.numel())
-
-
-def _tensor_bytes(t: torch.Tensor) -> int:
-    return _numel(t) * t.element_size()
 
 
 def _meta(arg):
@@ -409,7 +397,7 @@ def _is_kernel(node: fx.Node) -> bool:
     """Does this node run code on the device (not a view, tuple item, placeholder or shape op)?"""
     if node.op != "call_function" or _is_alias(node) or oplib.is_getitem(node):
         return False
-    return bool(_flat_tensors(node.meta.get("val")))
+    return bool(flat_tensors(node.meta.get("val")))
 
 
 def node_flops(node: fx.Node) -> float:
@@ -427,9 +415,9 @@ def node_flops(node: fx.Node) -> float:
         except Exception:  # a formula that does not accept this overload's arguments
             warnings.warn(f"fxremat.costmodel: torch's flop formula for {node.target} failed on {node.name}; "
                           "counting one FLOP per output element", stacklevel=2)
-    out = sum(_numel(t) for t in _flat_tensors(node.meta.get("val")))
+    out = sum(_numel(t) for t in flat_tensors(node.meta.get("val")))
     if oplib.is_reduction(node):
-        out = max([out] + [sum(_numel(t) for t in _flat_tensors(a.meta.get("val"))) for a in node.all_input_nodes])
+        out = max([out] + [sum(_numel(t) for t in flat_tensors(a.meta.get("val"))) for a in node.all_input_nodes])
     weight = TRANSCENDENTAL_FLOPS if packet is not None and packet.__name__ in _TRANSCENDENTAL else 1
     return float(weight * out)
 
@@ -438,7 +426,7 @@ def _read_bytes(arg: fx.Node) -> tuple[fx.Node, int]:
     """(storage node, bytes read) for reading ``arg``: the view's bytes, at most its
     storage's (an expanded bias reads the bias once)."""
     store = _storage(arg)
-    view_bytes = sum(_tensor_bytes(t) for t in _flat_tensors(arg.meta.get("val")))
+    view_bytes = sum(tensor_bytes(t) for t in flat_tensors(arg.meta.get("val")))
     return store, min(view_bytes, node_bytes(store))
 
 
@@ -449,14 +437,14 @@ def node_bytes_moved(node: fx.Node) -> int:
         return 0
     reads: dict[fx.Node, int] = {}
     for a in node.all_input_nodes:
-        if _flat_tensors(a.meta.get("val")):
+        if flat_tensors(a.meta.get("val")):
             store, nbytes = _read_bytes(a)
             reads[store] = min(reads.get(store, 0) + nbytes, node_bytes(store))
     return sum(reads.values()) + node_bytes(node)
 
 
 def _dtype(node: fx.Node) -> torch.dtype:
-    vals = _flat_tensors(node.meta.get("val"))
+    vals = flat_tensors(node.meta.get("val"))
     if vals:
         return vals[0].dtype
     return torch.float32
@@ -508,7 +496,7 @@ def inlined_constants(gm: fx.GraphModule) -> set[fx.Node]:
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
-        producers = [_producer(a) for a in node.all_input_nodes if _flat_tensors(a.meta.get("val"))]
+        producers = [_producer(a) for a in node.all_input_nodes if flat_tensors(a.meta.get("val"))]
         if (_fuses(node) or _is_alias(node) or oplib.is_getitem(node)) and all(p in constant for p in producers):
             constant.add(node)
     inlined: set[fx.Node] = set()
@@ -635,7 +623,7 @@ def _group_traffic(group: list[fx.Node], inlined: set[fx.Node] = frozenset()) ->
     nwritten = 0
     for node in group:
         for a in node.all_input_nodes:
-            if not _flat_tensors(a.meta.get("val")) or _producer(a) in members or _producer(a) in inlined:
+            if not flat_tensors(a.meta.get("val")) or _producer(a) in members or _producer(a) in inlined:
                 continue
             store, nbytes = _read_bytes(a)
             reads[store] = min(reads.get(store, 0) + nbytes, node_bytes(store))

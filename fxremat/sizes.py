@@ -40,20 +40,20 @@ def tensor_bytes_expr(t: torch.Tensor) -> sympy.Expr:
 
 def node_bytes_expr(node: fx.Node) -> sympy.Expr:
     """Bytes of the node's value(s) as a sympy expression in the graph's size symbols."""
-    return sympy.Add(*(tensor_bytes_expr(t) for t in _flat_tensors(node.meta.get("val"))))
+    return sympy.Add(*(tensor_bytes_expr(t) for t in flat_tensors(node.meta.get("val"))))
 
 
-def _flat_tensors(val) -> list[torch.Tensor]:
+def flat_tensors(val) -> list[torch.Tensor]:
     if isinstance(val, torch.Tensor):
         return [val]
     if isinstance(val, (list, tuple)):
-        return [t for v in val for t in _flat_tensors(v)]
+        return [t for v in val for t in flat_tensors(v)]
     return []
 
 
 def node_bytes(node: fx.Node) -> int:
     """Bytes of the value(s) the node produces (all items of a multi-output node)."""
-    return sum(tensor_bytes(t) for t in _flat_tensors(node.meta.get("val")))
+    return sum(tensor_bytes(t) for t in flat_tensors(node.meta.get("val")))
 
 
 def is_tensor_node(node: fx.Node) -> bool:
@@ -69,7 +69,7 @@ def storage_of(node: fx.Node) -> str | None:
     share their base's storage, so each storage is counted once."""
     while node.op == "call_function" and oplib.is_view(node) and node.args and isinstance(node.args[0], fx.Node):
         node = node.args[0]
-    if not _flat_tensors(node.meta.get("val")):
+    if not flat_tensors(node.meta.get("val")):
         return None
     return node.name
 
