@@ -23,7 +23,6 @@ pinned), and the rare forward value a backward op reads outside its stage.
 from __future__ import annotations
 
 import dataclasses
-import operator
 
 import torch
 import torch.fx as fx
@@ -279,12 +278,14 @@ class _Emitter:
             # Free values and views of available values are made where needed.
             if node.op == "placeholder" or not (node in self.free or oplib.is_view(node)):
                 raise KeyError(f"fxremat rotor: {node.name} is not available in the backward")
-            self.emit(node)
+            self.emit(node, on_demand=True)
         return self.env[node]
 
-    def emit(self, node: fx.Node) -> None:
+    def emit(self, node: fx.Node, on_demand: bool = False) -> None:
         key = (self.op_index, node.name)
-        if self.only is not None and key not in self.only:
+        # A value made on demand is read by the op asking for it, which is alive: the
+        # first pass may have made it for another reader, under another key.
+        if self.only is not None and key not in self.only and not on_demand:
             return
         for a in node.all_input_nodes:
             self.value(a)

@@ -233,10 +233,6 @@ class Plan:
     def predicted_peak_bytes(self) -> int:
         return self.timeline.peak_bytes
 
-    @property
-    def saved_names(self) -> list[str]:
-        return [s["name"] for s in self.saved]
-
     def to_json(self) -> dict[str, Any]:
         return {
             "graph_id": self.graph_id,
