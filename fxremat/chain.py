@@ -30,7 +30,7 @@ import torch.fx as fx
 from . import oplib
 from .passes import rotor
 from .passes.memory import Step, simulate
-from .sizes import node_bytes, storage_of
+from .sizes import node_bytes, storage_bytes, storage_of
 
 
 @dataclasses.dataclass
@@ -65,12 +65,6 @@ def node_seconds(node: fx.Node) -> float:
                 flops = 0
     moved = node_bytes(node) + sum(node_bytes(a) for a in node.all_input_nodes)
     return max(flops / 50e9, moved / 10e9)
-
-
-def _bytes(nodes, inputs: set[str]) -> int:
-    """Bytes of the storages behind ``nodes``, each once, less the step's inputs'."""
-    storages = {storage_of(n): n for n in nodes}
-    return sum(node_bytes(n) for s, n in storages.items() if s is not None and s not in inputs)
 
 
 def _is_pinned_rng(node: fx.Node) -> bool:
@@ -209,8 +203,8 @@ def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]
     for st in lin.stages:
         u_f.append(sum(cost.get(n, 0.0) for n in st.forward))
         u_b.append(sum(cost.get(n, 0.0) for n in st.backward))
-        w_a.append(_bytes(st.boundary, inputs))
-        w_abar.append(_bytes(st.boundary + st.saved, inputs))
+        w_a.append(storage_bytes(st.boundary, inputs))
+        w_abar.append(storage_bytes(st.boundary + st.saved, inputs))
         o_f.append(_overhead(st.forward, inputs))
         o_b.append(_overhead(st.backward, inputs))
     return rotor.Chain(u_f=u_f, u_b=u_b, w_a=w_a, w_abar=w_abar, w_a0=0.0, o_f=o_f, o_b=o_b).with_loss()

@@ -17,16 +17,14 @@ import torch.fx as fx
 
 from . import _compat
 from .options import Options
-from .sizes import node_bytes, storage_of
+from .sizes import storage_bytes
 
 
 def forward_saved_bytes(fwd: fx.GraphModule, num_fwd_outputs: int) -> int:
     placeholders = {n.name for n in fwd.graph.find_nodes(op="placeholder")}
     out = next(iter(fwd.graph.find_nodes(op="output")))
     saved = [a for a in out.args[0][num_fwd_outputs:] if isinstance(a, fx.Node)]
-    storages = {storage_of(n) for n in saved} - placeholders - {None}
-    by_name = {n.name: n for n in fwd.graph.nodes}
-    return sum(node_bytes(by_name[s]) for s in storages)
+    return storage_bytes(saved, placeholders)
 
 
 class _Recording(_compat.CustomPartitionerFn):

@@ -122,7 +122,8 @@ def saved_activation_bytes(step_fn_forward: Callable[[], Any], exclude: Iterable
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         result = step_fn_forward()
-    del result, held
+    del result
+    held.clear()
     return sum(storages.values())
 
 

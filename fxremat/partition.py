@@ -20,14 +20,13 @@ import hashlib
 import warnings
 from typing import Any
 
-import torch
 import torch.fx as fx
 
 from . import _compat, oplib
 from .options import Options
 from .passes import mincut
 from .passes.memory import Timeline
-from .sizes import describe, is_multi_output, is_tensor_node, node_bytes, storage_of
+from .sizes import describe, is_multi_output, is_tensor_node, node_bytes, storage_bytes, storage_node, storage_of
 from .timeline import predict, relaid_inputs
 
 # Saving a node ``d`` ops away from the backward costs (1 + REWEIGHT * d) times its
@@ -331,7 +330,7 @@ def _plan(ctx: _Context, solver: str, fwd: fx.GraphModule, bwd: fx.GraphModule, 
         graph_id=ctx.graph_id,
         solver=solver,
         saved=[describe(n) for n in saved_final + saved_sym],
-        saved_activation_bytes=_activation_bytes(saved_final, ctx.by_name, ctx.input_names),
+        saved_activation_bytes=storage_bytes(saved_final, ctx.input_names),
         recomputed=recomputed,
         banned=ctx.banned,
         cut_cost=cut_cost,
@@ -359,15 +358,15 @@ def _rotor(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node
     # Memory outside the chain, counted as alive throughout (an upper bound): the
     # forward's outputs, the parameter gradients, the tangents and the pinned values.
     gradients = [n for n in classes.bwd_outputs if isinstance(n, fx.Node)]
-    outside = (_activation_bytes(classes.fwd_outputs, ctx.by_name, ctx.input_names)
+    outside = (storage_bytes([n for n in classes.fwd_outputs if isinstance(n, fx.Node)], ctx.input_names)
                + sum(node_bytes(n) for n in gradients)
                + sum(node_bytes(n) for n in joint.graph.nodes if _compat.is_tangent(n))
-               + _activation_bytes(lin.pinned, ctx.by_name, ctx.input_names))
+               + storage_bytes(lin.pinned, ctx.input_names))
     syms = [n for n in mincut_saved if _compat.is_sym_node(n)]
 
     def build(solution: rotor.Solution) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
         # Keep storages, not views (views are made again where read; see _check_no_aliasing).
-        kept = {ctx.by_name.get(storage_of(n) or "", n) if storage_of(n) not in ctx.input_names else n
+        kept = {n if storage_of(n) in ctx.input_names else (storage_node(n) or n)
                 for n in chain.kept_after_forward(lin, solution.sequence) + lin.pinned}
         needed_inputs = {n for n in chain.inputs_read(joint, lin, solution.sequence) if _compat.is_primal(n)}
         saved = [n for n in joint.graph.nodes if (n in kept and n not in lin.free) or n in syms or n in needed_inputs]
@@ -456,12 +455,6 @@ def _check_no_aliasing(saved: list[fx.Node], input_names: set[str]) -> None:
         if base in seen:
             raise AssertionError(f"fxremat bug: saved tensors {seen[base]} and {node.name} share a storage")
         seen[base] = node.name
-
-
-def _activation_bytes(saved: list[fx.Node], by_name: dict[str, fx.Node], input_names: set[str]) -> int:
-    """Bytes of the storages behind ``saved``, each once, less those the step's inputs own."""
-    storages = {storage_of(n) for n in saved} - input_names - {None}
-    return sum(node_bytes(by_name[s]) for s in storages)
 
 
 def _budget_message(plan: Plan, options: Options, least: int, solvers: str) -> str:

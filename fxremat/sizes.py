@@ -64,14 +64,25 @@ def is_multi_output(node: fx.Node) -> bool:
     return isinstance(node.meta.get("val"), (list, tuple))
 
 
-def storage_of(node: fx.Node) -> str | None:
-    """Name of the node that allocated the storage ``node`` lives in: views and aliases
-    share their base's storage, so each storage is counted once."""
+def storage_node(node: fx.Node) -> fx.Node | None:
+    """The node that allocated the storage ``node`` lives in: views and aliases share
+    their base's storage, so each storage is counted once."""
     while node.op == "call_function" and oplib.is_view(node) and node.args and isinstance(node.args[0], fx.Node):
         node = node.args[0]
-    if not flat_tensors(node.meta.get("val")):
-        return None
-    return node.name
+    return node if flat_tensors(node.meta.get("val")) else None
+
+
+def storage_of(node: fx.Node) -> str | None:
+    """Name of :func:`storage_node`."""
+    base = storage_node(node)
+    return base.name if base is not None else None
+
+
+def storage_bytes(nodes, exclude: set[str] = frozenset()) -> int:
+    """Bytes of the distinct storages behind ``nodes``, less those of the nodes named in
+    ``exclude`` (the step's inputs, which saving or carrying does not allocate)."""
+    bases = {b.name: b for b in map(storage_node, nodes) if b is not None and b.name not in exclude}
+    return sum(node_bytes(b) for b in bases.values())
 
 
 def describe(node: fx.Node) -> dict:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import fxremat
-from fxremat import BudgetError, models
+from fxremat import models
 from fxremat.harness import measure_step
 
 TRANSFORMER = dict(batch=8, seq=32, layers=3)
