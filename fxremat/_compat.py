@@ -8,6 +8,7 @@ Checked on torch 2.9 (the floor: ``custom_partitioner_fn`` arrived after the
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from typing import Any
@@ -222,3 +223,77 @@ def cpu_allocation_events(prof) -> list[tuple[int, int, int]]:
             yield from walk(node.children)
 
     return list(walk(prof.profiler.kineto_results.experimental_event_tree()))
+
+
+# --- Inductor scheduler: keep fusion inside a recomputation segment -------------
+
+SEGMENT_KEY = "fxremat_segment"
+
+
+def _segments(snode) -> set[int]:
+    """The fxremat segments (``node.meta[SEGMENT_KEY]``) of the FX nodes a scheduler
+    node was lowered from; empty for graphs fxremat did not emit."""
+    found: set[int] = set()
+    for sub in snode.get_nodes():
+        for origin in getattr(getattr(sub, "node", None), "origins", None) or ():
+            segment = origin.meta.get(SEGMENT_KEY)
+            if segment is not None:
+                found.add(segment)
+    return found
+
+
+def _fuses_across_segments(node1, node2) -> bool:
+    s1, s2 = _segments(node1), _segments(node2)
+    return bool(s1) and bool(s2) and s1 != s2
+
+
+_fusion_guard_installed = False
+
+
+def install_segment_fusion_guard() -> None:
+    """Refuse Inductor fusions of nodes from different segments of a Rotor backward.
+
+    Inductor places a fused node at the position of its earliest member, so fusing
+    a recomputation with an unrelated kernel of an earlier segment (the C++
+    backend's horizontal fusion does this freely; GPU backends when the two share a
+    read) runs the recomputation early and keeps its output alive across segments
+    the plan meant it not to span: measured 28% over budget on a 4-block
+    transformer. Graphs without segment marks (everything fxremat did not emit) are
+    untouched. Idempotent."""
+    global _fusion_guard_installed
+    if _fusion_guard_installed:
+        return
+    from torch._inductor import scheduler
+
+    name = "_can_fuse" if hasattr(scheduler.Scheduler, "_can_fuse") else "can_fuse"
+    original = getattr(scheduler.Scheduler, name)
+
+    @functools.wraps(original)
+    def guarded(self, node1, node2, *args, **kwargs):
+        if _fuses_across_segments(node1, node2):
+            return False
+        return original(self, node1, node2, *args, **kwargs)
+
+    setattr(scheduler.Scheduler, name, guarded)
+    _fusion_guard_installed = True
+
+
+# --- Dynamo: compile-phase timings and the recompile limit (benchmarks) -----------
+
+
+def compile_phase_seconds() -> dict[str, list[float]]:
+    """Seconds of each compile phase timed by Dynamo (``dynamo_timed``) in this process so
+    far, one entry per call. The partitioner's key is ``min_cut_rematerialization_partition``
+    for PyTorch's own, else the custom partitioner's class name (``FxrematPartitioner``)."""
+    from torch._dynamo import utils as dynamo_utils
+
+    return {key: list(values) for key, values in dynamo_utils.compilation_time_metrics.items()}
+
+
+def dynamo_recompile_limit(limit: int):
+    """Context manager: let one code object be compiled up to ``limit`` times (several
+    compiled copies of one model class in one process, as a benchmark's strategies)."""
+    from torch._dynamo import config as dynamo_config
+
+    key = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    return dynamo_config.patch(**{key: limit})

@@ -61,6 +61,11 @@ def fxremat_backend(gm: fx.GraphModule, example_inputs, options: dict | None = N
         patches.update(_compat.inductor_mode_options(opts.mode))
     patches.update(dict(opts.inductor))
     patches["custom_partitioner_fn"] = partitioner
+    if opts.debug_dir is not None:
+        # Every graph is planned and compiled afresh: Inductor's FX graph cache keys on
+        # the graph's code, not on the segment marks its fusion guard reads.
+        patches["fx_graph_cache"] = False
+    _compat.install_segment_fusion_guard()
     return _compat.compile_fx(gm, example_inputs, config_patches=patches)
 
 

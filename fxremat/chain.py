@@ -27,7 +27,7 @@ import dataclasses
 import torch
 import torch.fx as fx
 
-from . import oplib
+from . import _compat, oplib
 from .passes import rotor
 from .passes.memory import Step, simulate
 from .sizes import node_bytes, storage_bytes, storage_of
@@ -284,6 +284,9 @@ class _Emitter:
         for a in node.all_input_nodes:
             self.value(a)
         copy = self.graph.node_copy(node, lambda a: self.env[a])
+        # Which operation of the sequence made it: Inductor must not fuse across these
+        # (``_compat.install_segment_fusion_guard``).
+        copy.meta[_compat.SEGMENT_KEY] = self.op_index
         self.env[node] = copy
         self.copies[copy] = key
         if node in self.forward:

@@ -37,10 +37,17 @@ MMAP_THRESHOLD = 64 * 1024
 
 def measure_step(model: str, backend: str = "fxremat", options: dict | None = None, *, device: str = "cpu",
                  dtype: str = "float32", model_kwargs: dict | None = None, warmup: int = 2,
-                 time_steps: int = 0, timeout: float = 900) -> dict[str, Any]:
-    """``time_steps``: also time that many training steps (median ``step_seconds``)."""
+                 time_steps: int = 0, grad_check: bool = False, threads: int | None = None,
+                 timeout: float = 900) -> dict[str, Any]:
+    """``time_steps``: also time that many training steps (median ``step_seconds``).
+    ``grad_check``: also compile the model in float64 with the same backend and
+    options and compare its gradients with eager PyTorch's (``grad_max_rel_error``:
+    the largest ``|g - g_eager|`` over all parameters, relative to the largest
+    ``|g_eager|`` of that parameter). ``threads``: ``torch.set_num_threads`` in the
+    child (1 gives steadier step times on a shared machine)."""
     spec = {"model": model, "backend": backend, "options": options or {}, "device": device, "dtype": dtype,
-            "model_kwargs": model_kwargs or {}, "warmup": warmup, "time_steps": time_steps}
+            "model_kwargs": model_kwargs or {}, "warmup": warmup, "time_steps": time_steps,
+            "grad_check": grad_check, "threads": threads}
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD), PYTHONWARNINGS="ignore")
     out = subprocess.run([sys.executable, "-m", "fxremat.harness", json.dumps(spec)], capture_output=True,
                          text=True, env=env, timeout=timeout)
@@ -64,6 +71,8 @@ def _child(spec: dict) -> dict:
     from fxremat import _compat, models
     from fxremat.measure import measure_peak_bytes
 
+    if spec.get("threads"):
+        torch.set_num_threads(spec["threads"])
     torch.manual_seed(0)
     device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
     model, batch = models.ZOO[spec["model"]](**spec["model_kwargs"])
@@ -118,12 +127,43 @@ def _child(spec: dict) -> dict:
 
         result["step_seconds"] = statistics.median(time_steps(train_step, warmup=1, steps=spec["time_steps"]))
     plans = fxremat.inspect.plans()
+    result["solve_seconds"] = [p.solve_seconds for p in plans]
+    if spec.get("grad_check"):
+        result["grad_max_rel_error"] = _grad_error(spec)
     result["predicted_peak_bytes"] = [p.predicted_peak_bytes for p in plans]
     result["saved_activation_bytes"] = [p.saved_activation_bytes for p in plans]
     result["recomputed_ops"] = [len(p.recomputed) for p in plans]
     result["budget_bytes"] = [p.budget_bytes for p in plans]
     result["solver"] = [p.solver for p in plans]
     return result
+
+
+def _grad_error(spec: dict) -> float:
+    import copy
+
+    import torch
+
+    from fxremat import _compat, models
+
+    torch.manual_seed(0)
+    device = torch.device(spec["device"])
+    model, batch = models.ZOO[spec["model"]](**spec["model_kwargs"])
+    model = model.to(device=device, dtype=torch.float64)
+    batch = tuple(b.to(device=device, dtype=torch.float64) if b.is_floating_point() else b.to(device) for b in batch)
+    reference = copy.deepcopy(model)
+    torch.manual_seed(1)
+    reference(*batch).backward()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=spec["backend"], options=spec["options"] or None)
+    with _compat.autograd_cache_disabled():
+        torch.manual_seed(1)
+        compiled(*batch).backward()
+    worst = 0.0
+    for p, r in zip(model.parameters(), reference.parameters()):
+        if r.grad is None:
+            continue
+        worst = max(worst, ((p.grad - r.grad).abs().max() / r.grad.abs().max().clamp_min(1e-30)).item())
+    return worst
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import time
 import warnings
 from typing import Any
 
@@ -227,6 +228,7 @@ class Plan:
     backward_code: str = ""
     sequence: str | None = None  # Rotor's operation sequence
     stages: int | None = None  # Rotor's chain length
+    solve_seconds: float = 0.0  # wall time of planning this graph (all solvers tried)
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -244,6 +246,7 @@ class Plan:
             "budget_bytes": self.budget_bytes,
             "sequence": self.sequence,
             "stages": self.stages,
+            "solve_seconds": self.solve_seconds,
             "predicted_peak_bytes": self.predicted_peak_bytes,
             "predicted_peak_at": self.timeline.peak_step,
             "timeline": self.timeline.as_records(),
@@ -278,6 +281,7 @@ def partition(
     static_lifetime_input_indices: list[int] | None = None,
     **_: Any,
 ) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+    started = time.perf_counter()
     joint.graph.eliminate_dead_code()
     joint.recompile()
     joint = _compat.cse(joint)
@@ -305,6 +309,7 @@ def partition(
         raise BudgetError(_budget_message(plan, options, plan.predicted_peak_bytes, "min-cut (solver='mincut')"))
     if options.solver == "rotor" or over:
         fwd, bwd, plan = _rotor(ctx, bwd, chosen, budget if budget is not None else plan.predicted_peak_bytes)
+    plan.solve_seconds = time.perf_counter() - started
     return fwd, bwd, plan
 
 
@@ -381,56 +386,48 @@ def _rotor(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node
         plan.budget_bytes = budget
         return fwd, bwd, plan
 
-    def pessimism(solution: rotor.Solution, plan: Plan) -> float:
-        """How far the chain model's peak overstates the predicted timeline's."""
-        return plan.predicted_peak_bytes / max(solution.peak + outside, 1.0)
-
-    try:
-        solution = rotor.solve(rchain, budget - outside) if budget > outside else None
-    except rotor.InfeasibleBudget:
-        solution = None
-    if solution is None:
-        # The chain model is an upper bound: check with the least-memory plan how much it
-        # overstates, and whether the budget is feasible after all.
-        least = rotor.solve(rchain, rotor.min_budget(rchain) * 1.02)
-        result = build(least)
-        if result[2].predicted_peak_bytes > budget:
-            least_bytes = result[2].predicted_peak_bytes
-            raise BudgetError(
-                f"fxremat: memory_budget={ctx.options.memory_budget.describe() if ctx.options.memory_budget else None}"
-                f" ({_fmt(budget)}) is below the minimum feasible budget for graph {ctx.graph_id}: the least-memory "
-                f"Rotor plan ({len(lin.stages)} stages) predicts {_fmt(least_bytes)}. Allowed: a budget of at least "
-                f"{least_bytes} bytes.")
-        ratio = pessimism(least, result[2])
+    # The chain model is an upper bound of the predicted timeline, not the timeline
+    # itself, so search the DP's budget: the largest one whose plan's *predicted* peak
+    # fits. A larger DP budget never gives a slower sequence, so that plan is the
+    # fastest the search sees; keep the fastest fitting plan found on the way.
+    def probe(dp_budget: float):
         try:
-            solution = rotor.solve(rchain, budget / ratio - outside)
+            solution = rotor.solve(rchain, dp_budget)
         except rotor.InfeasibleBudget:
-            solution = least
-    result = build(solution)
-    for _ in range(4):
-        plan = result[2]
-        if plan.predicted_peak_bytes > budget:  # the model missed: shrink its budget
-            dp_budget = (solution.peak + outside) * budget / plan.predicted_peak_bytes * 0.98 - outside
-            try:
-                solution = rotor.solve(rchain, dp_budget)
-            except rotor.InfeasibleBudget:
-                break
-            result = build(solution)
-            continue
-        if plan.predicted_peak_bytes < 0.9 * budget:  # room left: a faster plan may fit
-            try:
-                faster = rotor.solve(rchain, budget / pessimism(solution, plan) * 0.97 - outside)
-            except rotor.InfeasibleBudget:
-                return result
-            if faster.makespan < solution.makespan:
-                candidate = build(faster)
-                if candidate[2].predicted_peak_bytes <= budget:
-                    return candidate
-        return result
-    raise BudgetError(
-        f"fxremat: the Rotor plans for graph {ctx.graph_id} do not fit memory_budget {_fmt(budget)}: the last "
-        f"predicts {_fmt(result[2].predicted_peak_bytes)}. Allowed: a budget of at least "
-        f"{result[2].predicted_peak_bytes} bytes.")
+            return None
+        return solution, build(solution)
+
+    least = None
+    for factor in (1.0001, 1.01, 1.03, 1.1):  # the DP rounds sizes up into bins
+        least_dp = rotor.min_budget(rchain) * factor
+        least = probe(least_dp)
+        if least is not None:
+            break
+    assert least is not None, "fxremat bug: no Rotor sequence at 1.1x the chain's minimum memory"
+    most_dp = rotor.solve(rchain, 1e30).peak  # keeps every stage: more never helps
+    if least[1][2].predicted_peak_bytes > budget:
+        least_bytes = least[1][2].predicted_peak_bytes
+        raise BudgetError(
+            f"fxremat: memory_budget={ctx.options.memory_budget.describe() if ctx.options.memory_budget else None}"
+            f" ({_fmt(budget)}) is below the minimum feasible budget for graph {ctx.graph_id}: the least-memory "
+            f"Rotor plan ({len(lin.stages)} stages) predicts {_fmt(least_bytes)}. Allowed: a budget of at least "
+            f"{least_bytes} bytes.")
+    best = least
+    lo, hi = least_dp, most_dp  # lo's plan fits
+    top = probe(most_dp)
+    if top is not None and top[1][2].predicted_peak_bytes <= budget:
+        best = top
+    else:
+        while hi > lo * 1.01:
+            mid = (lo + hi) / 2 if hi < 4 * lo else (lo * hi) ** 0.5
+            found = probe(mid)
+            if found is not None and found[1][2].predicted_peak_bytes <= budget:
+                lo = mid
+                if found[0].makespan < best[0].makespan:
+                    best = found
+            else:
+                hi = mid
+    return best[1]
 
 
 def _warn_on_checkpoint_preferences(joint: fx.GraphModule, graph_id: str) -> None:
