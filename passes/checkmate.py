@@ -37,6 +37,17 @@ read, and recomputations never read: cost and memory only go down):
 every user of ``i`` precedes ``t`` would *not* be safe: a user recomputed in
 stage ``t`` may read a kept ``i``.)
 
+Two additions to the paper's model (fields of :class:`~passes.schedule.RematProblem`):
+a node's ``workspace`` ``W_k`` adds ``U[t,k] + W_k R[t,k] <= budget``; a node ``x``
+*tied* to ``f`` (a second output of ``f``'s operation, such as the state a forward
+records for its backward) has no stage of its own -- it may be computed in ``f``'s
+first stage, right after ``f`` -- is computed only together with ``f``
+(``R[t,x] <= R[t,f]``, no ``S`` term) and pins its inputs while resident
+(``S[t,x] <= S[t,q]`` for every input ``q`` of ``x``). Stages are then numbered by
+their first-computed ("head") node and ``R``, ``S`` have one row per stage.
+:mod:`passes.chain_dag` maps Rotor's chains to such problems; the tests check the
+ILP against Rotor's DPs there.
+
 The ILP is exact *over staged schedules for the given node order*; a schedule
 that first-computes nodes in another order, or computes a node twice between
 two first computations, may do better (:func:`brute_force` searches all
@@ -85,7 +96,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from .schedule import Op, RematProblem, from_computes, memory_lower_bound, simulate
+from .schedule import Op, RematProblem, ScheduleError, from_computes, memory_lower_bound, simulate
 
 
 class NoScheduleFound(RuntimeError):
@@ -122,12 +133,25 @@ class CheckmateSolution:
     bound: float         # lower bound on the staged optimum (MIP dual bound; LP value)
     gap: float           # (objective - bound) / objective; 0 when proven optimal
     solve_seconds: float
-    nodes: list[str]     # the stages, in order (the nodes some output needs)
-    R: np.ndarray        # R[t, i]: nodes[i] computed in stage t, shape (n, n)
-    S: np.ndarray        # S[t, i]: nodes[i] resident when stage t starts, shape (n + 1, n)
+    nodes: list[str]     # the nodes some output needs, in order (stage heads and tied nodes)
+    R: np.ndarray        # R[t, i]: nodes[i] computed in stage t, shape (stages, n)
+    S: np.ndarray        # S[t, i]: nodes[i] resident when stage t starts, shape (stages + 1, n)
 
 
 # ----------------------------------------------------------------------------- the model
+
+
+def stages_of(sub: RematProblem) -> list[tuple[int, int]]:
+    """The stages of ``sub`` as ``(head, top)`` node indices: stage ``p`` computes ``head`` for
+    the first time and may compute any node ``<= top``; ``top`` is ``head`` or the node tied
+    to it (a tied node shares its owner's stage)."""
+    tied_to = sub.tied_to
+    out = []
+    for i in range(len(sub.nodes)):
+        if tied_to[i] is None:
+            top = i + 1 if i + 1 < len(sub.nodes) and tied_to[i + 1] == i else i
+            out.append((i, top))
+    return out
 
 
 class _Model:
@@ -136,12 +160,16 @@ class _Model:
     def __init__(self, problem: RematProblem, budget: float | None):
         sub = problem.restricted()
         self.sub = sub
-        n = self.n = len(sub.nodes)
-        preds, users = sub.preds, sub.users
+        self.n = n = len(sub.nodes)
+        self.stages = stages = stages_of(sub)
+        P = self.P = len(stages)
+        preds, users, tied_to = sub.preds, sub.users, sub.tied_to
         cost = np.array([float(sub.cost[v]) for v in sub.nodes])
         size = np.array([float(sub.size[v]) for v in sub.nodes])
-        self.scale = max(float(size.max(initial=0.0)), 1.0)
+        work = np.array([float(w) for w in sub.work])
+        self.scale = max(float((size + work).max(initial=0.0)), 1.0)
         mem = size / self.scale
+        wmem = work / self.scale
         is_output = np.zeros(n, dtype=bool)
         is_output[sub.output_ids] = True
 
@@ -155,31 +183,31 @@ class _Model:
             return len(c) - 1
 
         self.r = {}
-        for t in range(n):
-            for i in range(t + 1):
-                self.r[t, i] = var(cost[i], 1.0 if i == t else 0.0, 1.0)
-        self.s = {}
-        for t in range(1, n + 1):
-            for i in range(t):
-                if t == n:
+        for p, (head, top) in enumerate(stages):
+            for i in range(top + 1):
+                self.r[p, i] = var(cost[i], 1.0 if i == head else 0.0, 1.0)
+        self.s = {}  # S[p, i]: i resident when stage p starts (i before its head); S[P, .]: the end
+        for p in range(1, P + 1):
+            for i in range(stages[p - 1][1] + 1):
+                if p == P:
                     fixed = 1.0 if is_output[i] else 0.0
-                    self.s[t, i] = var(0.0, fixed, fixed)
+                    self.s[p, i] = var(0.0, fixed, fixed)
                 else:
-                    self.s[t, i] = var(0.0, 0.0, 1.0)
+                    self.s[p, i] = var(0.0, 0.0, 1.0)
         self.free = {}
-        for t in range(n):
-            for k in range(t + 1):
+        for p, (_, top) in enumerate(stages):
+            for k in range(top + 1):
                 for i in preds[k] + [k]:
-                    self.free[t, i, k] = var(0.0, 0.0, 1.0, integer=False)
+                    self.free[p, i, k] = var(0.0, 0.0, 1.0, integer=False)
         self.budget_var = None
         if budget is None:  # minimize the peak instead
             self.budget_var = var(1.0, 0.0, np.inf, integer=False)
             c[:self.budget_var] = [0.0] * self.budget_var
         u_hi = np.inf if budget is None else budget / self.scale
         self.u = {}
-        for t in range(n):
-            for k in range(t + 1):
-                self.u[t, k] = var(0.0, 0.0, u_hi, integer=False)
+        for p, (_, top) in enumerate(stages):
+            for k in range(top + 1):
+                self.u[p, k] = var(0.0, 0.0, u_hi, integer=False)
 
         rows, cols, vals, lo_, hi_ = [], [], [], [], []
 
@@ -193,42 +221,62 @@ class _Model:
             hi_.append(hi)
 
         R, S, F, U = self.r, self.s, self.free, self.u
-        for t in range(n):
-            # Inputs available: R[t,j] <= R[t,i] + S[t,i].
-            for j in range(t + 1):
+        for p, (head, top) in enumerate(stages):
+            # Inputs available: R[p,j] <= R[p,i] + S[p,i] (S only for values from earlier
+            # stages); a tied node only with its owner: R[p,x] <= R[p,f].
+            for j in range(top + 1):
                 for i in preds[j]:
-                    terms = [(R[t, j], 1.0), (R[t, i], -1.0)]
-                    if i < t:
-                        terms.append((S[t, i], -1.0))
+                    terms = [(R[p, j], 1.0), (R[p, i], -1.0)]
+                    if i < head and tied_to[j] != i:
+                        terms.append((S[p, i], -1.0))
                     row(terms, hi=0.0)
-            # Kept only if computed or kept: S[t+1,i] <= R[t,i] + S[t,i]; no recompute of resident.
-            for i in range(t):
-                row([(S[t + 1, i], 1.0), (R[t, i], -1.0), (S[t, i], -1.0)], hi=0.0)
-                row([(R[t, i], 1.0), (S[t, i], 1.0)], hi=1.0)
-                # Cuts: what is kept into stage t, or recomputed in it, is read in the stage or kept on.
-                readers = [(R[t, j], -1.0) for j in users[i] if j <= t]
-                row([(S[t, i], 1.0), (S[t + 1, i], -1.0)] + readers, hi=0.0)
-                row([(R[t, i], 1.0), (S[t + 1, i], -1.0)] + readers, hi=0.0)
-            # FREE[t,i,k] = R[t,k] (1 - S[t+1,i]) prod (1 - R[t,j]), j users of i in (k, t].
-            for k in range(t + 1):
+            for i in range(top + 1):
+                readers = [(R[p, j], -1.0) for j in users[i] if j <= top]
+                if i < head:
+                    # Kept only if computed or kept; no recompute of a resident value.
+                    row([(S[p + 1, i], 1.0), (R[p, i], -1.0), (S[p, i], -1.0)], hi=0.0)
+                    row([(R[p, i], 1.0), (S[p, i], 1.0)], hi=1.0)
+                    # Cut: what is kept into stage p is read in the stage or kept on.
+                    row([(S[p, i], 1.0), (S[p + 1, i], -1.0)] + readers, hi=0.0)
+                else:
+                    if i != head:  # a tied node computed in its owner's first stage
+                        row([(S[p + 1, i], 1.0), (R[p, i], -1.0)], hi=0.0)
+                if i != head:
+                    # Cut: what is recomputed is read in the stage or kept on.
+                    row([(R[p, i], 1.0), (S[p + 1, i], -1.0)] + readers, hi=0.0)
+            # FREE[p,i,k] = R[p,k] (1 - S[p+1,i]) prod (1 - R[p,j]), j users of i in (k, top].
+            for k in range(top + 1):
                 for i in preds[k] + [k]:
-                    f = F[t, i, k]
-                    later = [j for j in users[i] if k < j <= t]
-                    row([(f, 1.0), (R[t, k], -1.0)], hi=0.0)
-                    row([(f, 1.0), (S[t + 1, i], 1.0)], hi=1.0)
+                    f = F[p, i, k]
+                    later = [j for j in users[i] if k < j <= top]
+                    row([(f, 1.0), (R[p, k], -1.0)], hi=0.0)
+                    row([(f, 1.0), (S[p + 1, i], 1.0)], hi=1.0)
                     for j in later:
-                        row([(f, 1.0), (R[t, j], 1.0)], hi=1.0)
-                    row([(R[t, k], 1.0), (S[t + 1, i], -1.0), (f, -1.0)] + [(R[t, j], -1.0) for j in later],
+                        row([(f, 1.0), (R[p, j], 1.0)], hi=1.0)
+                    row([(R[p, k], 1.0), (S[p + 1, i], -1.0), (f, -1.0)] + [(R[p, j], -1.0) for j in later],
                         hi=0.0)
-            # Memory.
-            row([(U[t, 0], 1.0), (R[t, 0], -mem[0])] + [(S[t, i], -mem[i]) for i in range(t)], lo=0.0, hi=0.0)
-            for k in range(1, t + 1):
-                terms = [(U[t, k], 1.0), (U[t, k - 1], -1.0), (R[t, k], -mem[k])]
-                terms += [(F[t, i, k - 1], mem[i]) for i in preds[k - 1] + [k - 1]]
+            # Memory: U[p,k] is resident bytes after computing k (when computed).
+            row([(U[p, 0], 1.0), (R[p, 0], -mem[0])] + [(S[p, i], -mem[i]) for i in range(head)],
+                lo=0.0, hi=0.0)
+            for k in range(1, top + 1):
+                terms = [(U[p, k], 1.0), (U[p, k - 1], -1.0), (R[p, k], -mem[k])]
+                terms += [(F[p, i, k - 1], mem[i]) for i in preds[k - 1] + [k - 1]]
                 row(terms, lo=0.0, hi=0.0)
-            if self.budget_var is not None:
-                for k in range(t + 1):
-                    row([(U[t, k], 1.0), (self.budget_var, -1.0)], hi=0.0)
+            for k in range(top + 1):
+                if work[k] > 0:  # the workspace while k is computed
+                    terms = [(U[p, k], 1.0), (R[p, k], wmem[k])]
+                    if self.budget_var is None:
+                        row(terms, hi=budget / self.scale)
+                    else:
+                        row(terms + [(self.budget_var, -1.0)], hi=0.0)
+                elif self.budget_var is not None:
+                    row([(U[p, k], 1.0), (self.budget_var, -1.0)], hi=0.0)
+        # Tied nodes pin their inputs: S[p,x] <= S[p,q] for every input q of x.
+        for p in range(1, P + 1):
+            for x in range(stages[p - 1][1] + 1):
+                if tied_to[x] is not None:
+                    for q in preds[x]:
+                        row([(S[p, x], 1.0), (S[p, q], -1.0)], hi=0.0)
 
         self.c = np.array(c)
         self.bounds = Bounds(np.array(lb), np.array(ub))
@@ -250,20 +298,18 @@ class _Model:
         return res, time.perf_counter() - start
 
     def matrices(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """R (n, n) and S (n + 1, n) as arrays of floats."""
-        n = self.n
-        R = np.zeros((n, n))
-        S = np.zeros((n + 1, n))
-        for (t, i), col in self.r.items():
-            R[t, i] = x[col]
-        for (t, i), col in self.s.items():
-            S[t, i] = x[col]
+        """R (stages, n) and S (stages + 1, n) as arrays of floats (0 outside the model)."""
+        R = np.zeros((self.P, self.n))
+        S = np.zeros((self.P + 1, self.n))
+        for (p, i), col in self.r.items():
+            R[p, i] = x[col]
+        for (p, i), col in self.s.items():
+            S[p, i] = x[col]
         return R, S
 
 
 def _computes(nodes: list[str], R: np.ndarray) -> list[str]:
-    n = len(nodes)
-    return [nodes[i] for t in range(n) for i in range(t + 1) if R[t, i]]
+    return [nodes[i] for p in range(R.shape[0]) for i in range(R.shape[1]) if R[p, i]]
 
 
 def _schedule(problem: RematProblem, nodes: list[str], R: np.ndarray) -> tuple[list[Op], float, int]:
@@ -275,20 +321,23 @@ def _schedule(problem: RematProblem, nodes: list[str], R: np.ndarray) -> tuple[l
 def recompute_given_storage(sub: RematProblem, S: np.ndarray) -> np.ndarray:
     """Phase two of two-phase rounding: the least ``R`` that a 0/1 ``S`` allows.
 
-    ``sub`` must be restricted (every node needed). ``R[t,i] = 1`` when ``i == t``, or ``i``
-    is not resident at the start of stage ``t`` and either the next stage keeps it or a
-    node computed later in stage ``t`` reads it. Users come after their inputs, so one
-    backward sweep over each stage settles it.
+    ``sub`` must be restricted (every node needed); ``S`` has one row per stage of
+    :func:`stages_of` plus the final state. In stage ``p``, ``R[p,i] = 1`` when ``i`` is the
+    stage's head, or ``i`` is not resident at the start of the stage and either the next
+    stage keeps it or a node computed later in the stage reads it. Users come after their
+    inputs, so one backward sweep over each stage settles it. (With tied nodes the result
+    may be invalid -- a tied node needed while its owner is resident -- which
+    :func:`passes.schedule.simulate` reports.)
     """
-    n = len(sub.nodes)
     users = sub.users
-    R = np.zeros((n, n), dtype=bool)
-    for t in range(n):
-        R[t, t] = True
-        for i in range(t - 1, -1, -1):
-            if S[t, i]:
+    stages = stages_of(sub)
+    R = np.zeros((len(stages), len(sub.nodes)), dtype=bool)
+    for p, (head, top) in enumerate(stages):
+        R[p, head] = True
+        for i in range(top, -1, -1):
+            if i == head or (i < head and S[p, i]):
                 continue
-            R[t, i] = bool(S[t + 1, i]) or any(R[t, j] for j in users[i] if j <= t)
+            R[p, i] = bool(S[p + 1, i]) or any(R[p, j] for j in users[i] if j <= top)
     return R
 
 
@@ -417,15 +466,18 @@ def solve_lp(problem: RematProblem, budget: float, *,
         seen = set()
         for threshold in thresholds:
             S = S_frac >= threshold
-            S[model.n] = False
-            S[model.n, sub.output_ids] = True
+            S[model.P] = False
+            S[model.P, sub.output_ids] = True
             key = S.tobytes()
             if key in seen:
                 continue
             seen.add(key)
             tried += 1
             R = recompute_given_storage(sub, S)
-            schedule, cost, peak = _schedule(problem, nodes, R)
+            try:
+                schedule, cost, peak = _schedule(problem, nodes, R)
+            except ScheduleError:
+                continue  # a tied node needed while its owner is resident
             if peak <= budget and (best is None or cost < best[1]):
                 best = (schedule, cost, peak, R, S)
         if best is not None:
@@ -470,43 +522,53 @@ def min_budget(problem: RematProblem, *, time_limit: float | None = 60.0
 
 def brute_force(problem: RematProblem, budget: float) -> tuple[float, list[Op]]:
     """The cheapest schedule of all (not only staged ones) with peak <= budget: Dijkstra over
-    resident sets (tests only: ``2^n`` states). Raises InfeasibleBudget if there is none."""
+    resident sets (and, with tied nodes, the latest compute) -- tests only: ``2^n`` states.
+    Raises InfeasibleBudget if there is none."""
     sub = problem.restricted()
     n = len(sub.nodes)
     size = [sub.size[v] for v in sub.nodes]
     cost = [sub.cost[v] for v in sub.nodes]
+    work = sub.work
+    tied_to = sub.tied_to
+    track_last = any(f is not None for f in tied_to)
     pred_mask = [sum(1 << p for p in ps) for ps in sub.preds]
+    pin_mask = [sum(1 << x for x in xs) for xs in sub.pinned_by]
     goal = sum(1 << o for o in sub.output_ids)
-    mem = {0: 0}
-    dist = {0: 0}
-    parent: dict[int, tuple[int, Op]] = {}
+    start = (0, -1)
+    mem = {start: 0}
+    dist = {start: 0}
+    parent: dict[tuple[int, int], tuple[tuple[int, int], Op]] = {}
     counter = itertools.count()
-    heap = [(0, next(counter), 0)]
+    heap = [(0, next(counter), start)]
     while heap:
-        d, _, state = heapq.heappop(heap)
-        if d > dist[state]:
+        d, _, key = heapq.heappop(heap)
+        if d > dist[key]:
             continue
+        state, last = key
         if state & goal == goal:
             ops = []
-            while state in parent:
-                state, op = parent[state]
+            while key in parent:
+                key, op = parent[key]
                 ops.append(op)
             return d, ops[::-1]
-        used = mem[state]
+        used = mem[key]
         for v in range(n):
             bit = 1 << v
             if state & bit:
-                nxt, step, op = state & ~bit, 0, Op("free", sub.nodes[v])
+                if state & pin_mask[v]:
+                    continue
+                nxt, step, op = (state & ~bit, last), 0, Op("free", sub.nodes[v])
                 nmem = used - size[v]
-            elif state & pred_mask[v] == pred_mask[v] and used + size[v] <= budget:
-                nxt, step, op = state | bit, cost[v], Op("compute", sub.nodes[v])
+            elif (state & pred_mask[v] == pred_mask[v] and used + size[v] + work[v] <= budget
+                  and (tied_to[v] is None or tied_to[v] == last)):
+                nxt, step, op = (state | bit, v if track_last else -1), cost[v], Op("compute", sub.nodes[v])
                 nmem = used + size[v]
             else:
                 continue
             if d + step < dist.get(nxt, float("inf")):
                 dist[nxt] = d + step
                 mem[nxt] = nmem
-                parent[nxt] = (state, op)
+                parent[nxt] = (key, op)
                 heapq.heappush(heap, (d + step, next(counter), nxt))
     raise InfeasibleBudget(f"no schedule fits {budget:g} bytes", budget=budget,
                            lower_bound=memory_lower_bound(problem))
@@ -514,19 +576,25 @@ def brute_force(problem: RematProblem, budget: float) -> tuple[float, list[Op]]:
 
 def brute_force_staged(problem: RematProblem, budget: float) -> tuple[float, list[Op]]:
     """The cheapest staged schedule with peak <= budget, by enumerating every 0/1 ``S``
-    (with the least ``R`` for each): what the ILP optimizes over. Tests only: ``2^(n(n-1)/2)``."""
+    (with the least ``R`` for each): what the ILP optimizes over. Tests only: exponential
+    in the number of ``S`` variables (``n(n-1)/2`` without tied nodes)."""
     sub = problem.restricted()
     n = len(sub.nodes)
     nodes = list(sub.nodes)
-    free_bits = [(t, i) for t in range(1, n) for i in range(t)]
+    stages = stages_of(sub)
+    P = len(stages)
+    free_bits = [(p, i) for p in range(1, P) for i in range(stages[p][0])]
     best = None
-    S = np.zeros((n + 1, n), dtype=bool)
-    S[n, sub.output_ids] = True
+    S = np.zeros((P + 1, n), dtype=bool)
+    S[P, sub.output_ids] = True
     for bits in itertools.product((False, True), repeat=len(free_bits)):
-        for (t, i), b in zip(free_bits, bits):
-            S[t, i] = b
+        for (p, i), b in zip(free_bits, bits):
+            S[p, i] = b
         R = recompute_given_storage(sub, S)
-        schedule, cost, peak = _schedule(problem, nodes, R)
+        try:
+            schedule, cost, peak = _schedule(problem, nodes, R)
+        except ScheduleError:
+            continue  # a tied node needed while its owner is resident
         if peak <= budget and (best is None or cost < best[0]):
             best = (cost, schedule)
     if best is None:

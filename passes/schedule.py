@@ -11,8 +11,17 @@ all predecessors of ``v`` resident and ``v`` itself not resident, every
 the schedule ends. Its cost is the sum of the costs of its computes; its peak is
 the largest, over its computes, of the bytes resident just before the compute
 plus the bytes of the output being computed (the inputs and the output of an
-operation are in memory together). This module is the common ground truth of
+operation are in memory together) plus the node's ``workspace`` (temporary
+bytes of the operation, default 0). This module is the common ground truth of
 the solvers in ``passes/`` (Checkmate, TWRemat, Rotor's plans).
+
+*Tied* nodes model an operation with two outputs of which the second may be
+kept or dropped, such as a forward stage that also records what its backward
+needs (Rotor's ``F_all`` against ``F_ck``; :mod:`passes.chain_dag`). A node
+``x`` tied to ``f`` (``tied={x: f}``, ``f`` an input of ``x``, listed right
+before it) can only be computed directly after ``f`` (no compute in between:
+the same operation), and while ``x`` is resident none of its inputs may be
+freed (``x`` references them, as saved tensors do).
 
 Method
 ------
@@ -90,6 +99,12 @@ class RematProblem:
     size: bytes of each node's output (>= 0).
     outputs: nodes that must be resident when the schedule ends. Nodes that are
         not ancestors of an output are never computed by the solvers.
+    workspace: temporary bytes of a node's operation, counted while it is computed
+        (on top of its inputs and output); missing nodes have none.
+    tied: ``{x: f}``: ``x`` is a second output of ``f``'s operation (see the module
+        docstring). ``f`` must be an input of ``x`` and come right before it in
+        ``nodes``; every user of ``x`` must also read every input of ``x`` (so that
+        freeing values after their last use never frees an input of a resident ``x``).
 
     Graph inputs held by the caller anyway are best given size 0 and cost 0:
     they then cost nothing to hold or to "compute" (read).
@@ -100,6 +115,8 @@ class RematProblem:
     cost: dict[str, float]
     size: dict[str, int]
     outputs: frozenset[str] | set[str] = frozenset()
+    workspace: dict[str, int] = dataclasses.field(default_factory=dict)
+    tied: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         index = {}
@@ -119,6 +136,20 @@ class RematProblem:
         if unknown:
             raise ValueError(f"unknown outputs {sorted(unknown)!r}")
         object.__setattr__(self, "_index", index)
+        for v, w in self.workspace.items():
+            if v not in index or w < 0:
+                raise ValueError(f"workspace of {v!r}: needs a known node and bytes >= 0")
+        for x, f in self.tied.items():
+            if x not in index or f not in index:
+                raise ValueError(f"tied ({x!r}, {f!r}) names an unknown node")
+            if index[x] != index[f] + 1 or index[f] not in self.preds[index[x]]:
+                raise ValueError(f"tied node {x!r} must read {f!r} and come right after it in the node order")
+            if f in self.tied or x in self.tied.values():
+                raise ValueError(f"tied ({x!r}, {f!r}): an operation has at most two outputs")
+            for u in self.users[index[x]]:
+                missing = [self.nodes[q] for q in self.preds[index[x]] if q not in self.preds[u]]
+                if missing:
+                    raise ValueError(f"{self.nodes[u]!r} reads the tied node {x!r} but not its inputs {missing!r}")
 
     # Index views (node i is self.nodes[i]); lists keep node order for reproducibility.
     @property
@@ -140,6 +171,29 @@ class RematProblem:
             for p in ps:
                 users[p].append(v)
         return users
+
+    @functools.cached_property
+    def tied_to(self) -> list[int | None]:
+        """``tied_to[x]``: the index of the node ``x`` is tied to, or None."""
+        out: list[int | None] = [None] * len(self.nodes)
+        for x, f in self.tied.items():
+            out[self.index[x]] = self.index[f]
+        return out
+
+    @functools.cached_property
+    def pinned_by(self) -> list[list[int]]:
+        """``pinned_by[q]``: the tied nodes that read ``q`` (``q`` stays while one is resident)."""
+        out: list[list[int]] = [[] for _ in self.nodes]
+        for x, f in enumerate(self.tied_to):
+            if f is not None:
+                for q in self.preds[x]:
+                    out[q].append(x)
+        return out
+
+    @functools.cached_property
+    def work(self) -> list[int]:
+        """Workspace bytes by node index."""
+        return [self.workspace.get(v, 0) for v in self.nodes]
 
     @functools.cached_property
     def output_ids(self) -> list[int]:
@@ -165,16 +219,20 @@ class RematProblem:
             nodes=keep,
             edges=[(u, v) for u, v in self.edges if u in kept and v in kept],
             cost={v: self.cost[v] for v in keep}, size={v: self.size[v] for v in keep},
-            outputs=frozenset(self.outputs))
+            outputs=frozenset(self.outputs),
+            workspace={v: w for v, w in self.workspace.items() if v in kept},
+            tied={x: f for x, f in self.tied.items() if x in kept})
 
 
 def simulate(problem: RematProblem, schedule: Iterable[Op]) -> Simulation:
     """Check ``schedule`` and return its total cost and peak bytes; raise ScheduleError if invalid."""
     index, preds, size = problem.index, problem.preds, problem.size
+    tied_to, pinned_by, work = problem.tied_to, problem.pinned_by, problem.work
     resident = [False] * len(problem.nodes)
     live = 0
     peak = 0
     total = 0
+    last = None  # the node of the latest compute
     for step, op in enumerate(schedule):
         kind, node = op
         i = index.get(node)
@@ -186,13 +244,20 @@ def simulate(problem: RematProblem, schedule: Iterable[Op]) -> Simulation:
             missing = [problem.nodes[p] for p in preds[i] if not resident[p]]
             if missing:
                 raise ScheduleError(f"op {step} {op!r}: inputs {missing!r} are not resident")
+            if tied_to[i] is not None and last != tied_to[i]:
+                raise ScheduleError(f"op {step} {op!r}: {node!r} is tied to {problem.nodes[tied_to[i]]!r} "
+                                    f"and must be computed right after it")
             live += size[node]
-            peak = max(peak, live)
+            peak = max(peak, live + work[i])
             total += problem.cost[node]
             resident[i] = True
+            last = i
         elif kind == FREE:
             if not resident[i]:
                 raise ScheduleError(f"op {step} {op!r}: {node!r} is not resident")
+            pins = [problem.nodes[x] for x in pinned_by[i] if resident[x]]
+            if pins:
+                raise ScheduleError(f"op {step} {op!r}: {node!r} is read by the resident tied node(s) {pins!r}")
             live -= size[node]
             resident[i] = False
         else:
@@ -229,6 +294,7 @@ def from_computes(problem: RematProblem, computes: Iterable[str]) -> list[Op]:
         if not pending[v]:
             dead.append(v)  # computed for nothing: freed at once
         pending[v] = False  # earlier values of v die before this compute
+        dead.sort(key=lambda d: problem.tied_to[d] is None)  # a tied node before the inputs it pins
         frees_after[pos] = dead
     schedule: list[Op] = []
     computed = [False] * n
@@ -250,8 +316,9 @@ def no_remat(problem: RematProblem) -> list[Op]:
 
 def memory_lower_bound(problem: RematProblem) -> int:
     """A lower bound on the peak of every valid schedule: the largest working set of one
-    compute (its inputs and its output), and the bytes of all outputs (resident together
-    at the last compute)."""
+    compute (its inputs, its output and its workspace), and the bytes of all outputs
+    (resident together at the last compute)."""
     size = [problem.size[v] for v in problem.nodes]
-    working = max((size[v] + sum(size[p] for p in problem.preds[v]) for v in problem.needed), default=0)
+    working = max((size[v] + problem.work[v] + sum(size[p] for p in problem.preds[v]) for v in problem.needed),
+                  default=0)
     return max(working, sum(size[o] for o in problem.output_ids))

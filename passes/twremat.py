@@ -250,6 +250,9 @@ class TWRemat:
     """A problem prepared once (decomposition and separator hierarchy); schedules for any ``k``."""
 
     def __init__(self, problem: RematProblem, heuristic: str = "min_fill_in"):
+        if problem.tied:
+            raise ValueError("TWRemat does not handle tied nodes (its recursion may separate a tied node "
+                             "from its owner): use passes.checkmate")
         self.problem = problem
         self.sub = problem.restricted()
         self.width, bags, adj = tree_decomposition(self.sub, heuristic)

@@ -94,6 +94,56 @@ def test_simulate_rejects_invalid_schedules(ops, message):
         simulate(p, ops)
 
 
+def tied_problem():
+    # f makes a (size 2) and, optionally, x (size 3, tied to f); g reads a, f, x.
+    return RematProblem(nodes=["a", "f", "x", "g"], edges=[("a", "f"), ("a", "x"), ("f", "x"), ("a", "g"),
+                                                           ("f", "g"), ("x", "g")],
+                        cost={"a": 1, "f": 4, "x": 0, "g": 1}, size={"a": 2, "f": 1, "x": 3, "g": 1},
+                        outputs={"g"}, workspace={"f": 5}, tied={"x": "f"})
+
+
+def test_simulate_counts_workspace_and_enforces_tied_nodes():
+    p = tied_problem()
+    # Workspace counts while f runs: a + f + 5.
+    assert simulate(p, schedule.no_remat(p)) == (6, 8)
+    with pytest.raises(schedule.ScheduleError, match="right after"):  # x computed apart from f
+        simulate(p, [compute("a"), compute("f"), free("a"), compute("a"), compute("x")])
+    with pytest.raises(schedule.ScheduleError, match="tied"):  # x's input a freed while x is held
+        simulate(p, [compute("a"), compute("f"), compute("x"), free("a")])
+    # Frees after last use release x before the inputs it pins.
+    ops = schedule.from_computes(p, ["a", "f", "x", "g"])
+    assert ops.index(free("x")) < min(ops.index(free("a")), ops.index(free("f")))
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(tied={"g": "a"}), "right after"),              # not adjacent
+    (dict(tied={"x": "a"}), "right after"),
+    (dict(workspace={"zz": 1}), "workspace"),
+])
+def test_problem_rejects_bad_tied_and_workspace(kwargs, message):
+    p = tied_problem()
+    with pytest.raises(ValueError, match=message):
+        RematProblem(nodes=p.nodes, edges=p.edges, cost=p.cost, size=p.size, outputs=p.outputs,
+                     **{"workspace": {}, "tied": {}, **kwargs})
+
+
+def test_problem_rejects_a_tied_node_whose_user_misses_its_inputs():
+    with pytest.raises(ValueError, match="not its inputs"):
+        RematProblem(nodes=["a", "f", "x", "g"], edges=[("a", "f"), ("a", "x"), ("f", "x"), ("x", "g")],
+                     cost=dict.fromkeys("afxg", 1), size=dict.fromkeys("afxg", 1), outputs={"g"},
+                     tied={"x": "f"})
+
+
+def test_ilp_and_brute_force_respect_workspace_and_ties():
+    p = tied_problem()
+    assert memory_lower_bound(p) == 8  # f's working set: a, f and the workspace
+    sol = checkmate.solve(p, 8)
+    assert (sol.cost, sol.peak_bytes) == simulate(p, sol.schedule) == (6, 8)
+    assert checkmate.brute_force(p, 8)[0] == 6
+    with pytest.raises(checkmate.InfeasibleBudget):
+        checkmate.solve(p, 7)
+
+
 def test_problem_rejects_non_topological_order():
     with pytest.raises(ValueError, match="topological"):
         RematProblem(nodes=["a", "b"], edges=[("b", "a")], cost={"a": 1, "b": 1}, size={"a": 1, "b": 1})
