@@ -144,6 +144,7 @@ def _grad_error(spec: dict) -> float:
     import torch
 
     from fxremat import _compat, models
+    from fxremat.options import parse_budget
 
     torch.manual_seed(0)
     device = torch.device(spec["device"])
@@ -153,8 +154,12 @@ def _grad_error(spec: dict) -> float:
     reference = copy.deepcopy(model)
     torch.manual_seed(1)
     reference(*batch).backward()
+    options = dict(spec["options"])
+    budget = parse_budget(options.get("memory_budget"))
+    if budget is not None and budget.bytes is not None:  # an absolute budget: float64 takes more bytes
+        options["memory_budget"] = budget.bytes * 8 // getattr(torch, spec["dtype"]).itemsize
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend=spec["backend"], options=spec["options"] or None)
+    compiled = torch.compile(model, backend=spec["backend"], options=options or None)
     with _compat.autograd_cache_disabled():
         torch.manual_seed(1)
         compiled(*batch).backward()

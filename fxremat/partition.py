@@ -390,12 +390,20 @@ def _rotor(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node
     # itself, so search the DP's budget: the largest one whose plan's *predicted* peak
     # fits. A larger DP budget never gives a slower sequence, so that plan is the
     # fastest the search sees; keep the fastest fitting plan found on the way.
+    built: dict[str, tuple] = {}  # sequence -> build(): DP budgets close together share plans
+
     def probe(dp_budget: float):
         try:
             solution = rotor.solve(rchain, dp_budget)
         except rotor.InfeasibleBudget:
             return None
-        return solution, build(solution)
+        key = rotor.format_sequence(solution.sequence)
+        if key not in built:
+            built[key] = (solution, build(solution))
+        return built[key]
+
+    def fits(found) -> bool:
+        return found is not None and found[1][2].predicted_peak_bytes <= budget
 
     least = None
     for factor in (1.0001, 1.01, 1.03, 1.1):  # the DP rounds sizes up into bins
@@ -404,29 +412,37 @@ def _rotor(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node
         if least is not None:
             break
     assert least is not None, "fxremat bug: no Rotor sequence at 1.1x the chain's minimum memory"
-    most_dp = rotor.solve(rchain, 1e30).peak  # keeps every stage: more never helps
-    if least[1][2].predicted_peak_bytes > budget:
+    if not fits(least):
         least_bytes = least[1][2].predicted_peak_bytes
         raise BudgetError(
             f"fxremat: memory_budget={ctx.options.memory_budget.describe() if ctx.options.memory_budget else None}"
             f" ({_fmt(budget)}) is below the minimum feasible budget for graph {ctx.graph_id}: the least-memory "
             f"Rotor plan ({len(lin.stages)} stages) predicts {_fmt(least_bytes)}. Allowed: a budget of at least "
             f"{least_bytes} bytes.")
-    best = least
-    lo, hi = least_dp, most_dp  # lo's plan fits
+    most_dp = rotor.solve(rchain, 1e30).peak  # keeps every stage: more never helps
+    best, lo, hi = least, least_dp, most_dp  # lo's plan fits
     top = probe(most_dp)
-    if top is not None and top[1][2].predicted_peak_bytes <= budget:
-        best = top
-    else:
-        while hi > lo * 1.01:
-            mid = (lo + hi) / 2 if hi < 4 * lo else (lo * hi) ** 0.5
-            found = probe(mid)
-            if found is not None and found[1][2].predicted_peak_bytes <= budget:
-                lo = mid
-                if found[0].makespan < best[0].makespan:
-                    best = found
-            else:
-                hi = mid
+    if fits(top):
+        return top[1]
+    # Guess where the predicted peak meets the budget from the model's overstatement at
+    # the last probe (secant-like), then bisect what is left; 2% of DP budget apart.
+    last = least
+    for _ in range(8):
+        if hi <= lo * 1.02:
+            break
+        solution, (_, _, plan) = last
+        overstatement = plan.predicted_peak_bytes / max(solution.peak + outside, 1.0)
+        guess = budget / overstatement - outside
+        mid = guess if lo < guess < hi else ((lo + hi) / 2 if hi < 4 * lo else (lo * hi) ** 0.5)
+        found = probe(mid)
+        if fits(found):
+            lo = mid
+            if found[0].makespan < best[0].makespan:
+                best = found
+        else:
+            hi = mid
+        if found is not None:
+            last = found
     return best[1]
 
 
