@@ -1,0 +1,973 @@
+"""The benchmark frontier: step time against measured peak memory, per model and strategy.
+
+    python bench/frontier.py                      # every model, every strategy, CPU, small sizes
+    python bench/frontier.py --quick              # CI smoke: 2 tiny models, few strategies
+    python bench/frontier.py --device cuda --scale gpu
+    python bench/frontier.py --summarize bench/results/cpu/frontier/frontier.json   # tables/plots again
+
+For each model (``bench/frontier_models.py``) and strategy, ONE fresh subprocess builds the
+model (seed 0), applies the strategy, runs two warm-up steps (each timed: compile time), then
+measures one training step (forward + backward, gradients set to ``None`` before it) exactly
+as ``fxremat/harness.py`` does: on CPU the peak of bytes allocated above what was live when the
+step began, from the PyTorch profiler's allocation events (``fxremat.measure``), and the rise
+of the peak RSS over a second such step with glibc's ``MALLOC_MMAP_THRESHOLD_`` pinned; on
+CUDA ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` less what was
+allocated before the step. Then it times ``--steps`` warm steps (median). Inputs
+(parameters, buffers, the batch) are not part of the peak: the budget definition of the README.
+
+The measuring processes then stay alive (idle), and once all of a model's strategies are
+measured they are timed in ``--rounds`` interleaved rounds (shuffled order each round, one
+process at a time, ``--steps`` steps per visit), so that a change of machine load hits all
+strategies alike; that median (``step_ms_interleaved``) is the step time of the tables and
+plots when present, else the single-process median (``step_ms_isolated``).
+
+Strategies (all compiled ones with TorchInductor):
+
+- ``eager``; ``inductor``: ``torch.compile`` default (PyTorch's min-cut partitioner);
+- ``pt_budget_B``: PyTorch's ``activation_memory_budget = B`` (its knapsack partitioner);
+- ``ckpt_blocks``: ``torch.utils.checkpoint`` (``use_reentrant=False``) around every block;
+- ``ckpt_seq_S``: ``torch.utils.checkpoint.checkpoint_sequential`` with S segments (for an
+  ``nn.Sequential`` chain of blocks: torch's function itself; for the Hugging Face models,
+  whose blocks take extra arguments, the same segmentation — the first S-1 segments of
+  ``n // S`` blocks checkpointed, the rest not — by wrapping block groups); not applicable to
+  a U-Net (not a chain);
+- ``sac_mm``: selective activation checkpointing per block
+  (``create_selective_checkpoint_contexts``): MUST_SAVE the outputs of ``mm``, ``addmm``,
+  ``bmm`` and ``convolution``, PREFER_RECOMPUTE everything else;
+- ``fxremat_B``: ``backend="fxremat", options={"memory_budget": B}`` (solver "auto"), B a
+  fraction of fxremat's unconstrained plan; ``fxremat_<solver>_B`` for other solvers that
+  ``fxremat.Options`` accepts (``--solvers``; one it rejects is recorded as skipped with
+  its message);
+- ``rockmate`` (``--rockmate``): not run, see ROCKMATE_NOT_RUN; on CPU it errors.
+
+Compile time = wall time of the two warm-up steps minus two warm steps' median. Solve time =
+the partitioner's own time, as Dynamo times it (``dynamo_timed``: PyTorch's
+``min_cut_rematerialization_partition``, or ``FxrematPartitioner`` — all of fxremat's
+``partition``: classification, min-cut / Rotor, graph extraction and the predicted timeline;
+``fxremat.Plan`` itself records no timing), summed over the compiled graphs.
+
+Writes ``frontier.csv``, ``frontier.json`` (metadata: machine, torch, date, threads, load
+average; every row with its error when it failed), ``summary.md`` and ``<model>.png`` (needs
+matplotlib; without it the plots are skipped with a note) into ``--out``
+(default ``bench/results/<device>/frontier/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import csv
+import datetime
+import functools
+import json
+import math
+import os
+import platform
+import queue
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MIB = 2**20
+MMAP_THRESHOLD = 64 * 1024  # as fxremat.harness
+PARTITIONER_KEYS = ("min_cut_rematerialization_partition", "FxrematPartitioner")
+
+ROCKMATE_NOT_RUN = (
+    "Rockmate (Zhao et al., ICML 2023) is not run. (1) The PyPI release it depends on, rkgb 2.0.0, "
+    "is an sdist without its core/, lowlevel/ and utils/ packages, so `import rkgb` fails; "
+    "(2) rockmate hard-codes torch.device('cuda'), so it cannot run on a CPU; (3) its ILP is solved "
+    "with PuLP/CBC, another dependency. The --rockmate hook errors with this text on CPU; on a GPU it "
+    "tries `import rockmate` and records whatever fails."
+)
+
+QUICK = dict(models=["mlp", "gpt2"], scale="tiny", pt_budgets=[0.5], fx_budgets=[1.0, 0.5], segments=[2],
+             steps=3, rounds=2)
+FULL = dict(models=["gpt2", "bert", "llama", "resnet50", "resnet101", "unet", "vit", "mlp"], scale="small",
+            pt_budgets=[0.5, 0.2, 0.0], fx_budgets=[1.0, 0.75, 0.5, 0.25], segments=[2, 4],
+            steps=10, rounds=5)
+
+
+# =========================================================================================
+# Strategies
+# =========================================================================================
+
+
+def strategy_list(args) -> list[dict]:
+    out = [{"name": "eager", "kind": "eager"}, {"name": "inductor", "kind": "inductor"}]
+    out += [{"name": f"pt_budget_{b}", "kind": "pt_budget", "budget": b} for b in args.pt_budgets]
+    out.append({"name": "ckpt_blocks", "kind": "ckpt_blocks"})
+    out += [{"name": f"ckpt_seq_{s}", "kind": "ckpt_seq", "segments": s} for s in args.segments]
+    out.append({"name": "sac_mm", "kind": "sac_mm"})
+    for solver in args.solvers:
+        prefix = "fxremat" if solver == "auto" else f"fxremat_{solver}"
+        out += [{"name": f"{prefix}_{b}", "kind": "fxremat", "budget": b, "solver": solver}
+                for b in args.fx_budgets]
+    if args.rockmate:
+        out.append({"name": "rockmate", "kind": "rockmate"})
+    if args.strategies:
+        wanted = set(args.strategies)
+        out = [s for s in out if s["name"] in wanted or s["kind"] in wanted or _family(s) in wanted]
+    return out
+
+
+def _family(row: dict) -> str:
+    if row["kind"] == "fxremat" and (row.get("solver") or "auto") != "auto":
+        return f"fxremat_{row['solver']}"
+    return row["kind"]
+
+
+# =========================================================================================
+# Child: one strategy, one fresh process
+# =========================================================================================
+
+
+def _ckpt_wrappers():
+    import torch.nn as nn
+    from torch.utils.checkpoint import checkpoint, checkpoint_sequential
+
+    class Delegating(nn.Module):
+        """A wrapper that still answers the wrapped block's attributes."""
+
+        def __getattr__(self, name):
+            try:
+                return super().__getattr__(name)
+            except AttributeError:
+                return getattr(super().__getattr__("inner"), name)
+
+    class CheckpointBlock(Delegating):
+        def __init__(self, inner, context_fn=None):
+            super().__init__()
+            self.inner = inner
+            self.context_fn = context_fn
+
+        def forward(self, *args, **kwargs):
+            if self.context_fn is None:
+                return checkpoint(self.inner, *args, use_reentrant=False, **kwargs)
+            return checkpoint(self.inner, *args, use_reentrant=False, context_fn=self.context_fn, **kwargs)
+
+    class CheckpointGroup(Delegating):
+        """The first block of a segment: runs the whole segment under one checkpoint."""
+
+        def __init__(self, inner, rest):
+            super().__init__()
+            self.inner = inner
+            self.rest = nn.ModuleList(rest)
+
+        def _run(self, h, *args, **kwargs):
+            h = self.inner(h, *args, **kwargs)
+            for block in self.rest:
+                h = block(h, *args, **kwargs)
+            return h
+
+        def forward(self, h, *args, **kwargs):
+            return checkpoint(self._run, h, *args, use_reentrant=False, **kwargs)
+
+    class Passthrough(Delegating):
+        """A block already run by its segment's CheckpointGroup."""
+
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, h, *args, **kwargs):
+            return h
+
+    class CheckpointSequential(nn.Module):
+        def __init__(self, seq, segments):
+            super().__init__()
+            self.seq = seq
+            self.segments = segments
+
+        def forward(self, x):
+            return checkpoint_sequential(self.seq, self.segments, x, use_reentrant=False)
+
+    return CheckpointBlock, CheckpointGroup, Passthrough, CheckpointSequential
+
+
+def sac_policy_context():
+    """Selective activation checkpointing: save matmul and convolution outputs, recompute the rest."""
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    save = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.convolution.default}
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return functools.partial(create_selective_checkpoint_contexts, policy)
+
+
+class NotApplicable(Exception):
+    pass
+
+
+def apply_strategy(fm, strategy: dict):
+    """Wrap ``fm.model``'s blocks for a checkpointing strategy (in place)."""
+    CheckpointBlock, CheckpointGroup, Passthrough, CheckpointSequential = _ckpt_wrappers()
+    kind = strategy["kind"]
+    if kind in ("ckpt_blocks", "sac_mm"):
+        context_fn = sac_policy_context() if kind == "sac_mm" else None
+        for container in fm.block_lists:
+            for i in range(len(container)):
+                container[i] = CheckpointBlock(container[i], context_fn)
+    elif kind == "ckpt_seq":
+        segments = strategy["segments"]
+        if fm.chain is None:
+            raise NotApplicable("checkpoint_sequential needs a chain of blocks; this model's blocks are not one "
+                                "(long skip connections)")
+        owner, attr = fm.chain
+        container = getattr(owner, attr)
+        n = len(container)
+        if segments > n:
+            raise NotApplicable(f"{segments} segments > {n} blocks")
+        if fm.sequential:
+            setattr(owner, attr, CheckpointSequential(container, segments))
+        else:  # torch's checkpoint_sequential segmentation, on blocks that take extra arguments
+            size = n // segments
+            for start in range(0, size * (segments - 1), size):
+                blocks = [container[i] for i in range(start, start + size)]
+                container[start] = CheckpointGroup(blocks[0], blocks[1:])
+                for i in range(start + 1, start + size):
+                    container[i] = Passthrough(blocks[i - start])
+
+
+def _sync(device):
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _build(spec: dict, strategy: dict):
+    """(model, compiled callable, batch, compile context) for one strategy."""
+    import torch
+
+    import frontier_models
+
+    torch.manual_seed(spec.get("seed", 0))
+    device, dtype = torch.device(spec["device"]), getattr(torch, spec["dtype"])
+    fm = frontier_models.build(spec["model"], spec["scale"], spec.get("overrides"))
+    apply_strategy(fm, strategy)
+    model = fm.model.to(device=device, dtype=dtype).train()
+    batch = tuple(b.to(device=device, dtype=dtype) if b.is_floating_point() else b.to(device) for b in fm.batch)
+    kind = strategy["kind"]
+    ctx: Any = contextlib.nullcontext
+    if kind == "eager":
+        fn = model
+    elif kind == "fxremat":
+        options = {"memory_budget": float(strategy["budget"]), "solver": strategy.get("solver", "auto")}
+        fn = torch.compile(model, backend="fxremat", options=options)
+    elif kind == "rockmate":
+        raise RuntimeError(rockmate_error(spec["device"]))
+    else:
+        fn = torch.compile(model)  # inductor, PyTorch's partitioner
+        if kind == "pt_budget":
+            from fxremat._compat import activation_memory_budget
+
+            ctx = functools.partial(activation_memory_budget, float(strategy["budget"]))
+    return model, fn, batch, ctx, device
+
+
+def rockmate_error(device: str) -> str:
+    if device != "cuda":
+        return "rockmate on CPU: not supported (it hard-codes torch.device('cuda')). " + ROCKMATE_NOT_RUN
+    try:
+        import rockmate  # noqa: F401
+    except Exception as err:  # noqa: BLE001
+        return f"import rockmate failed: {type(err).__name__}: {err}. " + ROCKMATE_NOT_RUN
+    return "rockmate imports, but no runner is written for it yet. " + ROCKMATE_NOT_RUN
+
+
+MARK = "@@frontier@@ "  # prefix of the protocol lines a child writes to stdout
+
+
+def _emit(obj: dict) -> None:
+    sys.stdout.write(MARK + json.dumps(obj, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def child(spec: dict) -> None:
+    """Measure one strategy in this fresh process, report, then serve timing requests on stdin
+    (``time N``: one untimed step and N timed ones; ``exit``), so that the parent can
+    interleave timing rounds across the live processes of a model's strategies."""
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    try:
+        state = _measure(spec)
+    except NotApplicable as err:
+        _emit({"not_applicable": str(err)})
+        return
+    _emit({"result": state.pop("result")})
+    for line in sys.stdin:
+        command = line.split()
+        if not command or command[0] == "exit":
+            return
+        if command[0] == "time":
+            state["timed_step"]()  # the process sat idle: warm its caches first
+            times = [state["timed_step"]() for _ in range(int(command[1]))]
+            if state["device"].type == "cuda":
+                torch.cuda.empty_cache()  # hand back cached blocks while the other strategies run
+            _emit({"times": times})
+
+
+def _measure(spec: dict) -> dict:
+    import gc
+
+    import torch
+
+    import fxremat
+    from fxremat import _compat
+    from fxremat.harness import _rss_kib
+    from fxremat.measure import measure_peak_bytes
+
+    strategy = spec["strategy"]
+    model, fn, batch, ctx, device = _build(spec, strategy)
+
+    def step():
+        fn(*batch).backward()
+
+    def timed_step() -> float:
+        model.zero_grad(set_to_none=True)
+        _sync(device)
+        start = time.perf_counter()
+        step()
+        _sync(device)
+        return time.perf_counter() - start
+
+    warmup_s = []
+    with ctx(), _compat.autograd_cache_disabled():  # a cache hit would skip the partitioner (no plan, no solve time)
+        for i in range(spec["warmup"]):
+            model.zero_grad(set_to_none=True)
+            _sync(device)
+            start = time.perf_counter()
+            loss = fn(*batch)
+            loss.backward()
+            _sync(device)
+            warmup_s.append(time.perf_counter() - start)
+            if i == 0:
+                first_loss = float(loss.detach())
+    inputs = list(model.parameters()) + list(model.buffers()) + list(batch)
+    baseline = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in inputs}.values())
+    result: dict[str, Any] = {"baseline_bytes": baseline, "loss": first_loss, "warmup_s": warmup_s}
+
+    model.zero_grad(set_to_none=True)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        step()
+        torch.cuda.synchronize()
+        result["peak_bytes"] = torch.cuda.max_memory_allocated() - before
+        result["rss_peak_bytes"] = None
+    else:
+        result["peak_bytes"] = measure_peak_bytes(step)["peak_bytes"]
+        model.zero_grad(set_to_none=True)
+        gc.collect()
+        before = _rss_kib("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        step()
+        result["rss_peak_bytes"] = (_rss_kib("VmHWM") - before) * 1024
+
+    timed_step()  # one untimed step after the profiler
+    times = [timed_step() for _ in range(spec["steps"])]
+    result["step_s"] = times
+    result["step_ms_isolated"] = statistics.median(times) * 1e3
+    result["compile_s"] = sum(warmup_s) - len(warmup_s) * statistics.median(times)
+
+    phases = _compat.compile_phase_seconds()
+    solve = [t for key in PARTITIONER_KEYS for t in phases.get(key, [])]
+    result["solve_s"] = sum(solve) if solve else None
+    result["partitions"] = len(solve)
+    plans = fxremat.inspect.plans()
+    if plans:
+        result["fx_plans"] = [{"solver": p.solver, "budget_bytes": p.budget_bytes,
+                               "predicted_peak_bytes": p.predicted_peak_bytes,
+                               "saved_activation_bytes": p.saved_activation_bytes,
+                               "recomputed_ops": len(p.recomputed), "stages": p.stages,
+                               "solve_seconds": getattr(p, "solve_seconds", None)} for p in plans]
+        seconds = [p["solve_seconds"] for p in result["fx_plans"]]
+        result["fx_solve_s"] = sum(seconds) if None not in seconds else None
+    result["device_name"] = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    return {"result": result, "timed_step": timed_step, "device": device}
+
+
+# =========================================================================================
+# Parent
+# =========================================================================================
+
+
+def _child_env(args, cache_dir: str) -> dict:
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD), PYTHONWARNINGS="ignore",
+               OMP_NUM_THREADS=str(args.threads), TORCHINDUCTOR_CACHE_DIR=cache_dir,
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+    env["PYTHONPATH"] = os.pathsep.join([HERE, ROOT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+class Child:
+    """One strategy's fresh process: measure on start, then timing visits on request."""
+
+    def __init__(self, spec: dict, args, cache_dir: str):
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+                                     env=_child_env(args, cache_dir), cwd=ROOT)
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            if line.startswith(MARK):
+                self.lines.put(json.loads(line[len(MARK):]))
+        self.lines.put(None)  # end of output: the process exited
+
+    def receive(self, timeout: float) -> tuple[dict | None, str | None]:
+        try:
+            message = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            return None, f"timeout: no answer within {timeout:.0f} s"
+        if message is None:
+            returncode = self.proc.wait()
+            self.stderr.seek(0)
+            return None, _error_text(returncode, self.stderr.read())
+        return message, None
+
+    def send(self, command: str) -> bool:
+        try:
+            self.proc.stdin.write(command + "\n")
+            self.proc.stdin.flush()
+            return True
+        except (BrokenPipeError, OSError):
+            return False
+
+    def close(self):
+        self.send("exit")
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.stderr.close()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _error_text(returncode: int, stderr: str) -> str:
+    if returncode < 0:
+        sig = -returncode
+        reason = " (killed: out of memory?)" if sig == 9 else ""
+        return f"child killed by signal {sig}{reason}; stderr tail: {stderr[-800:]}"
+    lines = stderr.rstrip().splitlines()
+    # The exception: from the last line that starts "SomeError: ..." (or "NotApplicable: ...") to the end.
+    for i in range(len(lines) - 1, -1, -1):
+        head = lines[i].split(":", 1)[0]
+        if not lines[i].startswith(" ") and ":" in lines[i] and ("Error" in head or "Exception" in head
+                                                                  or head == "NotApplicable"):
+            return "\n".join(lines[i:]).strip()[:3000] + f" [exit {returncode}]"
+    return ("\n".join(lines[-20:]).strip() or f"exit status {returncode}")[:3000] + f" [exit {returncode}]"
+
+
+def _machine() -> dict:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        if names:
+            cpu = names[0]
+    except OSError:
+        pass
+    meta = {"cpu": cpu, "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "torch": torch.__version__}
+    try:
+        import transformers
+
+        meta["transformers"] = transformers.__version__
+    except ImportError:
+        meta["transformers"] = None
+    try:
+        with open("/proc/meminfo") as f:
+            meta["mem_total_kib"] = int(f.readline().split()[1])
+    except OSError:
+        pass
+    if torch.cuda.is_available():
+        meta["gpu"] = torch.cuda.get_device_name()
+    return meta
+
+
+def _git() -> dict:
+    def git(*cmd):
+        try:
+            return subprocess.run(["git", "-C", ROOT, *cmd], capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    dirty = git("status", "--porcelain", "--", "fxremat", "passes", "bench/frontier.py", "bench/frontier_models.py")
+    return {"commit": git("rev-parse", "HEAD"), "fxremat_dirty_files": dirty.splitlines()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="CI smoke run: tiny sizes, few models/strategies/steps")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--scale", choices=["tiny", "small", "gpu"], default=None,
+                        help="model sizes (default: small; --quick: tiny; gpu: the published architectures)")
+    parser.add_argument("--models", default=None, help="comma list (default: all; --quick: mlp,gpt2)")
+    parser.add_argument("--strategies", default=None,
+                        help="comma list of strategy names or kinds (eager, inductor, pt_budget, ckpt_blocks, "
+                             "ckpt_seq, sac_mm, fxremat, rockmate); default all")
+    parser.add_argument("--pt-budgets", default=None, help="PyTorch activation_memory_budget values")
+    parser.add_argument("--fx-budgets", default=None, help="fxremat memory_budget fractions")
+    parser.add_argument("--solvers", default="auto,checkmate,twremat",
+                        help="fxremat solvers; those fxremat.Options rejects are recorded as skipped")
+    parser.add_argument("--segments", default=None, help="checkpoint_sequential segment counts")
+    parser.add_argument("--rockmate", action="store_true", help="add the rockmate strategy (errors on CPU)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads in every child (default 1)")
+    parser.add_argument("--steps", type=int, default=None, help="timed steps per measurement / per visit")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds per model (0: none)")
+    parser.add_argument("--cache", choices=["shared", "fresh"], default="shared",
+                        help="Inductor cache: one fresh directory for the whole run (shared) or per measurement")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="measurement processes at a time (default 1; more shortens compiling on a many-core "
+                             "machine, and the isolated step times then share the CPU; the interleaved rounds "
+                             "always run one process at a time)")
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds per child process answer")
+    parser.add_argument("--out", default=None, help="output folder (default bench/results/<device>/frontier)")
+    parser.add_argument("--summarize", default=None, metavar="JSON",
+                        help="only rebuild summary.md and the plots from a frontier.json")
+    args = parser.parse_args(argv)
+
+    if args.summarize:
+        with open(args.summarize) as f:
+            data = json.load(f)
+        write_outputs(data, os.path.dirname(os.path.abspath(args.summarize)))
+        return
+
+    preset = QUICK if args.quick else FULL
+    args.scale = args.scale or preset["scale"]
+    args.models = args.models.split(",") if args.models else list(preset["models"])
+    args.pt_budgets = [float(b) for b in args.pt_budgets.split(",")] if args.pt_budgets else preset["pt_budgets"]
+    args.fx_budgets = [float(b) for b in args.fx_budgets.split(",")] if args.fx_budgets else preset["fx_budgets"]
+    args.segments = [int(s) for s in args.segments.split(",")] if args.segments else preset["segments"]
+    args.solvers = args.solvers.split(",")
+    args.strategies = args.strategies.split(",") if args.strategies else None
+    args.steps = args.steps or preset["steps"]
+    args.rounds = preset["rounds"] if args.rounds is None else args.rounds
+    out_dir = args.out or os.path.join(ROOT, "bench", "results", args.device,
+                                       "frontier-quick" if args.quick else "frontier")
+    os.makedirs(out_dir, exist_ok=True)
+
+    import torch
+
+    import fxremat
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: torch.cuda.is_available() is False")
+    started = time.time()
+    meta = {
+        "command": "python bench/frontier.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "device": args.device, "dtype": args.dtype, "scale": args.scale, "threads": args.threads,
+        "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds, "cache": args.cache, "jobs": args.jobs,
+        "loadavg_start": list(os.getloadavg()), "machine": _machine(), "git": _git(),
+        "rockmate": ROCKMATE_NOT_RUN,
+        "method": {
+            "peak": "CPU: profiler allocation events over one forward+backward step, grads set to None before it, "
+                    "bytes above what was live at its start (fxremat.measure.measure_peak_bytes); CUDA: "
+                    "max_memory_allocated after reset_peak_memory_stats less memory_allocated before. "
+                    "Fresh process per measurement, MALLOC_MMAP_THRESHOLD_=65536.",
+            "rss": "rise of VmHWM (reset through /proc/self/clear_refs) over a second step, CPU only",
+            "step_ms": "median of warm steps: step_ms_interleaved (the measuring processes of a model's strategies "
+                       "kept alive and visited in shuffled rounds, one at a time) when present, else "
+                       "step_ms_isolated (the measuring process, right after its memory measurement)",
+            "compile_s": "wall time of the warm-up steps minus as many warm steps (median)",
+            "solve_s": "the partitioner's time per Dynamo's dynamo_timed (min_cut_rematerialization_partition "
+                       "or FxrematPartitioner), summed over compiled graphs; fxremat.Plan records no timing",
+        },
+    }
+    strategies = strategy_list(args)
+    data = {"meta": meta, "rows": []}
+    shared_cache = tempfile.mkdtemp(prefix="frontier-inductor-cache-")
+    print(f"frontier: {len(args.models)} models x {len(strategies)} strategies, scale {args.scale}, "
+          f"{args.device}, {args.threads} thread(s) -> {out_dir}", flush=True)
+    try:
+        for model_name in args.models:
+            rows = run_model(model_name, strategies, args, shared_cache)
+            data["rows"] += rows
+            meta["loadavg_end"] = list(os.getloadavg())
+            meta["wall_s"] = round(time.time() - started, 1)
+            write_outputs(data, out_dir, plots=False)
+    finally:
+        shutil.rmtree(shared_cache, ignore_errors=True)
+    meta["loadavg_end"] = list(os.getloadavg())
+    meta["wall_s"] = round(time.time() - started, 1)
+    write_outputs(data, out_dir)
+    print(f"done in {meta['wall_s']:.0f} s -> {out_dir}", flush=True)
+    del fxremat
+
+
+def _skip_reason(model_name: str, strategy: dict, args) -> str | None:
+    if strategy["kind"] == "fxremat" and strategy.get("solver", "auto") != "auto":
+        from fxremat import OptionError, Options
+
+        try:
+            Options.from_user({"solver": strategy["solver"]})
+        except OptionError as err:
+            return f"OptionError: {err}"
+    if strategy["kind"] == "rockmate" and args.device != "cuda":
+        return rockmate_error(args.device)
+    return None
+
+
+def run_model(model_name: str, strategies: list[dict], args, shared_cache: str) -> list[dict]:
+    import frontier_models
+
+    rows = []
+    base = {"model": model_name, "scale": args.scale, "device": args.device, "dtype": args.dtype}
+    try:  # the model's sizes, and whether it builds at all (transformers missing...)
+        fm = frontier_models.build(model_name, args.scale)
+        base["sizes"] = fm.sizes
+        base["blocks"] = len(fm.blocks)
+        del fm
+    except Exception as err:  # noqa: BLE001
+        error = f"{type(err).__name__}: {err}"
+        print(f"{model_name}: cannot build: {error}", flush=True)
+        return [dict(base, name=s["name"], kind=s["kind"], budget=s.get("budget"), segments=s.get("segments"),
+                     solver=s.get("solver"), status="failed", error=error) for s in strategies]
+    pending, rows = [], []
+    for strategy in strategies:
+        row = dict(base, name=strategy["name"], kind=strategy["kind"], budget=strategy.get("budget"),
+                   segments=strategy.get("segments"), solver=strategy.get("solver"))
+        rows.append(row)
+        reason = _skip_reason(model_name, strategy, args)
+        if reason:
+            row.update(status="skipped", error=reason)
+            print(f"{model_name:10s} {strategy['name']:22s} skipped: {reason[:100]}", flush=True)
+            continue
+        spec = {"model": model_name, "scale": args.scale, "device": args.device, "dtype": args.dtype,
+                "threads": args.threads, "warmup": args.warmup, "steps": args.steps, "strategy": strategy}
+        pending.append((row, spec))
+
+    children: dict[str, tuple[Child, str]] = {}  # live processes, for the interleaved timing rounds
+    lock = threading.Lock()
+
+    def measure(row: dict, spec: dict) -> None:
+        cache = shared_cache if args.cache == "shared" else tempfile.mkdtemp(prefix="frontier-inductor-cache-")
+        child = Child(spec, args, cache)
+        message, error = child.receive(args.timeout)
+        wall = time.perf_counter() - child.started
+        row["wall_s"] = round(wall, 1)
+        if message and "not_applicable" in message:
+            row.update(status="n/a", error=f"not applicable: {message['not_applicable']}")
+        elif error:
+            row.update(status="failed", error=error)
+        else:
+            row.update(status="ok", **message["result"])
+            row["step_ms"], row["step_ms_source"] = row["step_ms_isolated"], "isolated"
+        if row["status"] == "ok" and args.rounds > 0:
+            with lock:
+                children[row["name"]] = (child, cache)
+        else:
+            child.close()
+            if cache != shared_cache:
+                shutil.rmtree(cache, ignore_errors=True)
+        name = row["name"]
+        if row["status"] == "ok":
+            print(f"{model_name:10s} {name:22s} peak {row['peak_bytes'] / MIB:8.2f} MiB  step {row['step_ms']:8.2f} ms  "
+                  f"compile {row['compile_s']:6.1f} s  solve {_fmt(row['solve_s'], '.3f')} s  ({wall:.0f} s)", flush=True)
+        else:
+            print(f"{model_name:10s} {name:22s} {row['status']}: {row['error'][:160]!r}", flush=True)
+
+    try:
+        if args.jobs > 1:
+            with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+                list(pool.map(lambda pair: measure(*pair), pending))
+        else:
+            for pair in pending:
+                measure(*pair)
+        interleave(model_name, rows, children, args)
+    finally:
+        for child, cache in children.values():
+            child.close()
+            if cache != shared_cache:
+                shutil.rmtree(cache, ignore_errors=True)
+
+    eager = next((r for r in rows if r["name"] == "eager" and r["status"] == "ok"), None)
+    for r in rows:
+        if eager and r["status"] == "ok":
+            r["loss_rel_diff_vs_eager"] = abs(r["loss"] - eager["loss"]) / max(abs(eager["loss"]), 1e-12)
+    return rows
+
+
+def interleave(model_name: str, rows: list[dict], children: dict, args) -> None:
+    """Timing rounds across the live processes of a model's strategies: each round visits them in
+    a shuffled order, ``--steps`` timed steps per visit; the median of all is ``step_ms_interleaved``."""
+    if not children:
+        return
+    by_name = {r["name"]: r for r in rows}
+    times: dict[str, list[float]] = {name: [] for name in children}
+    rounds: dict[str, list[float]] = {name: [] for name in children}
+    rng = random.Random(0)
+    started = time.perf_counter()
+    for _ in range(args.rounds):
+        order = [name for name in children if name in times]
+        rng.shuffle(order)
+        for name in order:
+            child = children[name][0]
+            message, error = (child.receive(args.timeout) if child.send(f"time {args.steps}")
+                              else (None, "the process is gone"))
+            if error:
+                by_name[name]["interleave_error"] = error
+                del times[name]
+                continue
+            times[name] += message["times"]
+            rounds[name].append(statistics.median(message["times"]) * 1e3)
+    for name, values in times.items():
+        row = by_name[name]
+        row["step_ms_interleaved"] = statistics.median(values) * 1e3
+        row["round_ms"] = rounds[name]
+        row["step_ms"], row["step_ms_source"] = row["step_ms_interleaved"], "interleaved"
+    print(f"{model_name:10s} interleaved timing: {len(times)} strategies x {args.rounds} rounds x {args.steps} steps "
+          f"({time.perf_counter() - started:.0f} s)", flush=True)
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None else format(x, spec)
+
+
+# =========================================================================================
+# Outputs: CSV, JSON, summary, plots
+# =========================================================================================
+
+CSV_FIELDS = ["model", "name", "kind", "budget", "segments", "solver", "status", "peak_mib", "rss_peak_mib",
+              "baseline_mib", "step_ms", "step_ms_source", "step_ms_isolated", "step_ms_interleaved", "compile_s",
+              "solve_s", "fx_solve_s", "partitions", "fx_solvers", "fx_budget_mib", "fx_predicted_peak_mib", "fx_recomputed_ops",
+              "loss", "loss_rel_diff_vs_eager", "wall_s", "error"]
+
+
+def _csv_row(r: dict) -> dict:
+    def mib(x):
+        return None if x is None else round(x / MIB, 4)
+
+    row = {k: r.get(k) for k in CSV_FIELDS}
+    row["peak_mib"] = mib(r.get("peak_bytes"))
+    row["rss_peak_mib"] = mib(r.get("rss_peak_bytes"))
+    row["baseline_mib"] = mib(r.get("baseline_bytes"))
+    plans = r.get("fx_plans") or []
+    if plans:
+        row["fx_solvers"] = "/".join(p["solver"] for p in plans)
+        row["fx_budget_mib"] = "/".join(str(mib(p["budget_bytes"])) for p in plans)
+        row["fx_predicted_peak_mib"] = "/".join(str(mib(p["predicted_peak_bytes"])) for p in plans)
+        row["fx_recomputed_ops"] = "/".join(str(p["recomputed_ops"]) for p in plans)
+    for k in ("step_ms", "step_ms_isolated", "step_ms_interleaved", "compile_s", "solve_s", "fx_solve_s",
+              "loss_rel_diff_vs_eager"):
+        if isinstance(row.get(k), float):
+            row[k] = float(f"{row[k]:.6g}")
+    if row.get("error"):
+        row["error"] = row["error"].replace("\n", " ")[:500]
+    return row
+
+
+def write_outputs(data: dict, out_dir: str, plots: bool = True) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    data["summary"] = summarize(data["rows"])
+    with open(os.path.join(out_dir, "frontier.json"), "w") as f:
+        json.dump(data, f, indent=1, default=str)
+    with open(os.path.join(out_dir, "frontier.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        for r in data["rows"]:
+            writer.writerow(_csv_row(r))
+    with open(os.path.join(out_dir, "summary.md"), "w") as f:
+        f.write(summary_markdown(data))
+    if plots:
+        write_plots(data, out_dir)
+
+
+def _ok(rows, model):
+    return [r for r in rows if r["model"] == model and r["status"] == "ok"]
+
+
+def _best(rows, limit):
+    fits = [r for r in rows if r["peak_bytes"] <= limit]
+    return min(fits, key=lambda r: r["step_ms"]) if fits else None
+
+
+def _point(r):
+    return {"name": r["name"], "peak_bytes": r["peak_bytes"], "step_ms": r["step_ms"]}
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per model: fxremat against its peers at 50% and 25% of torch.compile default's measured peak,
+    and fxremat at budget 1.0 against torch.compile default. Every figure is a row's field."""
+    out = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        ok = _ok(rows, model)
+        default = next((r for r in ok if r["name"] == "inductor"), None)
+        fx = [r for r in ok if r["kind"] == "fxremat"]
+        peers = [r for r in ok if r["kind"] != "fxremat"]
+        if default is None:
+            out.append({"model": model, "target": None, "note": "torch.compile default failed: no reference memory"})
+            continue
+        for fraction in (0.5, 0.25):
+            limit = fraction * default["peak_bytes"]
+            entry: dict[str, Any] = {"model": model, "target": fraction, "target_bytes": limit,
+                                     "default_peak_bytes": default["peak_bytes"]}
+            best_fx, best_peer = _best(fx, limit), _best(peers, limit)
+            entry["fxremat"] = _point(best_fx) if best_fx else None
+            entry["peer"] = _point(best_peer) if best_peer else None
+            if best_fx and best_peer:
+                entry["ratio"] = best_fx["step_ms"] / best_peer["step_ms"]
+            notes = []
+            if not best_fx:
+                low = min(fx, key=lambda r: r["peak_bytes"]) if fx else None
+                notes.append("no fxremat run within the target" +
+                             (f" (lowest: {low['name']} at {low['peak_bytes'] / MIB:.2f} MiB)" if low else ""))
+            if not best_peer:
+                low = min(peers, key=lambda r: r["peak_bytes"]) if peers else None
+                notes.append("no peer reaches the target" +
+                             (f" (lowest: {low['name']} at {low['peak_bytes'] / MIB:.2f} MiB)" if low else ""))
+            entry["note"] = "; ".join(notes) or None
+            out.append(entry)
+        full = next((r for r in fx if r.get("budget") == 1.0 and r.get("solver", "auto") == "auto"), None)
+        entry = {"model": model, "target": 1.0, "default": _point(default), "fxremat": _point(full) if full else None}
+        if full:
+            entry["ratio"] = full["step_ms"] / default["step_ms"]
+            entry["peak_ratio"] = full["peak_bytes"] / default["peak_bytes"]
+        else:
+            entry["note"] = "fxremat at budget 1.0 failed or was not run"
+        out.append(entry)
+    return out
+
+
+def summary_markdown(data: dict) -> str:
+    meta = data["meta"]
+    m = meta["machine"]
+    lines = [
+        f"# Benchmark frontier: summary ({meta['device']}, scale {meta['scale']})", "",
+        f"`{meta['command']}` — {meta['date']}, {m['cpu']} ({m['cpu_count']} CPUs), torch {m['torch']}, "
+        f"{meta['threads']} thread(s), load average {', '.join(f'{x:.2f}' for x in meta['loadavg_start'])} at start, "
+        f"{', '.join(f'{x:.2f}' for x in meta.get('loadavg_end', meta['loadavg_start']))} at end"
+        + (f", {meta['wall_s'] / 60:.0f} min" if meta.get("wall_s") else "") + ".", "",
+        "Memory: measured peak of the training step above its inputs (MiB). Target = a fraction of "
+        "`torch.compile` default's measured peak (its activation memory). At a target, each side's point is its "
+        "fastest run whose measured peak is within the target; peers are all strategies except fxremat. "
+        "Ratio = fxremat's step time ÷ the best peer's (below 1: fxremat faster). Every figure is a row of "
+        "`frontier.json` (`summary` holds the same numbers).", "",
+        "| model | target | target (MiB) | fxremat run | peak (MiB) | step (ms) | best peer | peak (MiB) | step (ms) "
+        "| fxremat ÷ peer |",
+        "|---|---:|---:|---|---:|---:|---|---:|---:|---:|",
+    ]
+    for e in data["summary"]:
+        if e.get("target") is None:
+            lines.append(f"| {e['model']} | - | - | - | - | - | - | - | - | {e['note']} |")
+            continue
+        if e["target"] == 1.0:
+            fx, d = e.get("fxremat"), e["default"]
+            fx_cells = (f"{fx['name']} | {fx['peak_bytes'] / MIB:.2f} | {fx['step_ms']:.2f}" if fx
+                        else "failed | - | -")
+            ratio = f"**{e['ratio']:.3f}**" if e.get("ratio") else e.get("note", "-")
+            lines.append(f"| {e['model']} | budget 1.0 | {d['peak_bytes'] / MIB:.2f} | {fx_cells} | "
+                         f"{d['name']} (default) | {d['peak_bytes'] / MIB:.2f} | {d['step_ms']:.2f} | {ratio} |")
+            continue
+        fx, peer = e.get("fxremat"), e.get("peer")
+        fx_cells = f"{fx['name']} | {fx['peak_bytes'] / MIB:.2f} | {fx['step_ms']:.2f}" if fx else "none | - | -"
+        peer_cells = (f"{peer['name']} | {peer['peak_bytes'] / MIB:.2f} | {peer['step_ms']:.2f}" if peer
+                      else "none | - | -")
+        ratio = f"**{e['ratio']:.3f}**" if e.get("ratio") else e.get("note", "-")
+        if e.get("ratio") and e.get("note"):
+            ratio += f" ({e['note']})"
+        lines.append(f"| {e['model']} | {e['target']:.0%} | {e['target_bytes'] / MIB:.2f} | {fx_cells} | "
+                     f"{peer_cells} | {ratio} |")
+    failed = [r for r in data["rows"] if r["status"] != "ok"]
+    if failed:
+        lines += ["", "Not measured (status, reason):", ""]
+        for r in failed:
+            lines.append(f"- {r['model']} / {r['name']}: {r['status']} — {(r.get('error') or '').splitlines()[0][:300]}")
+    lines += ["", f"Rockmate: {meta['rockmate']}", ""]
+    return "\n".join(lines)
+
+
+STYLE = {  # family -> (marker, colour, label)
+    "eager": ("o", "black", "eager"),
+    "inductor": ("s", "tab:blue", "torch.compile default"),
+    "pt_budget": ("^", "tab:orange", "PyTorch activation_memory_budget"),
+    "ckpt_blocks": ("D", "tab:green", "checkpoint every block"),
+    "ckpt_seq": ("v", "tab:olive", "checkpoint_sequential"),
+    "sac_mm": ("P", "tab:purple", "selective AC (save matmuls)"),
+    "fxremat": ("*", "tab:red", "fxremat"),
+}
+
+
+def write_plots(data: dict, out_dir: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("note: matplotlib is not installed; no plots (pip install matplotlib)", flush=True)
+        return
+    rows, meta = data["rows"], data["meta"]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        ok = _ok(rows, model)
+        if not ok:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        families: dict[str, list[dict]] = {}
+        for r in ok:
+            families.setdefault(_family(r), []).append(r)
+        for family, members in families.items():
+            marker, colour, label = STYLE.get(family, ("x", "gray", family))
+            members = sorted(members, key=lambda r: r["peak_bytes"])
+            xs = [r["peak_bytes"] / MIB for r in members]
+            ys = [r["step_ms"] for r in members]
+            ax.plot(xs, ys, marker=marker, color=colour, label=label, linestyle="-" if len(members) > 1 else "none",
+                    markersize=9 if marker == "*" else 6)
+            for r, x, y in zip(members, xs, ys):
+                tag = (f"{r['budget']:g}" if r.get("budget") is not None
+                       else f"s={r['segments']}" if r.get("segments") else None)
+                if tag:
+                    ax.annotate(tag, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=colour)
+        default = next((r for r in ok if r["name"] == "inductor"), None)
+        if default:
+            for fraction in (0.5, 0.25):
+                ax.axvline(fraction * default["peak_bytes"] / MIB, color="gray", linestyle=":", linewidth=0.8)
+        sizes = next((r.get("sizes") for r in ok if r.get("sizes")), {})
+        ax.set_title(f"{model} ({meta['scale']}: {', '.join(f'{k}={v}' for k, v in sizes.items())})", fontsize=8)
+        ax.set_xlabel("measured peak memory of the step (MiB, above inputs)")
+        ax.set_ylabel("step time (ms, median)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.text(0.01, 0.01, f"{meta['device']}, torch {meta['machine']['torch']}, {meta['threads']} thread(s), "
+                             f"{meta['date'][:10]}; dotted: 50% / 25% of torch.compile default's peak", fontsize=6)
+        fig.tight_layout(rect=(0, 0.03, 1, 1))
+        fig.savefig(os.path.join(out_dir, f"{model}.png"), dpi=110)
+        plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, HERE)
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        child(json.loads(sys.argv[2]))
+    else:
+        main()

@@ -1,0 +1,311 @@
+"""Models of the benchmark frontier (``bench/frontier.py``), at three scales.
+
+    build("gpt2", "small") -> FrontierModel(model, batch, chain, block_lists)
+
+Every model's ``forward(*batch)`` returns a scalar loss (random weights, seed set by the
+caller). Scales: ``tiny`` (the ``--quick`` smoke run, seconds per compile), ``small`` (the
+default: minutes in all on a 2-core CPU), ``gpu`` (the published architectures' sizes, for a
+GPU: GPT-2 small, BERT-base, a 16-layer Llama, ResNet-50/101 at 224², a 4-level U-Net at
+256², ViT-B/16, a 32 × 4096 MLP).
+
+- ``gpt2``, ``bert``, ``llama``: Hugging Face ``transformers`` models built from a config
+  (``GPT2LMHeadModel``, ``BertForMaskedLM``, ``LlamaForCausalLM``; offline, random weights,
+  ``use_cache=False``, dropout 0 so every strategy computes the same loss; attention is the
+  library's default, SDPA). Need ``pip install transformers``.
+- ``resnet50``, ``resnet101``: bottleneck ResNets ([3, 4, 6, 3] and [3, 4, 23, 3] blocks) with
+  batchnorm; the ``small``/``tiny`` scales narrow the base width and use a 3×3 stem.
+- ``unet``: ``fxremat.models.UNet`` (long skips across the bottleneck: not a chain).
+- ``vit``: a ViT (patch embedding, class token, pre-LN blocks with SDPA attention).
+- ``mlp``: a deep MLP of Linear + ReLU blocks.
+
+``chain``: where the model's blocks form a chain (each block's output is the next block's
+first input, with the same other arguments), ``(owner, attribute)`` of that container;
+``sequential`` says it is an ``nn.Sequential`` called with one tensor, which
+``torch.utils.checkpoint.checkpoint_sequential`` takes as is. ``block_lists``: containers whose
+items are the blocks that per-block checkpointing wraps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SCALES = ("tiny", "small", "gpu")
+HF_MODELS = ("gpt2", "bert", "llama")
+MODELS = ("gpt2", "bert", "llama", "resnet50", "resnet101", "unet", "vit", "mlp")
+
+
+@dataclasses.dataclass
+class FrontierModel:
+    model: nn.Module
+    batch: tuple
+    chain: tuple[nn.Module, str] | None  # (owner, attribute) of the chain container
+    sequential: bool  # the chain is an nn.Sequential called with one tensor
+    block_lists: list[nn.Module]  # ModuleList / Sequential containers of blocks
+    sizes: dict
+
+    @property
+    def blocks(self) -> list[nn.Module]:
+        return [b for container in self.block_lists for b in container]
+
+
+# --- sizes -----------------------------------------------------------------------------
+
+SIZES: dict[str, dict[str, dict]] = {
+    "gpt2": {
+        "tiny": dict(layers=2, dim=64, heads=4, seq=32, batch=2, vocab=256),
+        "small": dict(layers=4, dim=128, heads=4, seq=128, batch=4, vocab=1024),
+        "gpu": dict(layers=12, dim=768, heads=12, seq=1024, batch=8, vocab=50257),
+    },
+    "bert": {
+        "tiny": dict(layers=2, dim=64, heads=4, seq=32, batch=2, vocab=256),
+        "small": dict(layers=4, dim=128, heads=4, seq=128, batch=4, vocab=1024),
+        "gpu": dict(layers=12, dim=768, heads=12, seq=512, batch=16, vocab=30522),
+    },
+    "llama": {
+        "tiny": dict(layers=2, dim=64, heads=4, kv_heads=2, ffn=172, seq=32, batch=2, vocab=256),
+        "small": dict(layers=4, dim=128, heads=4, kv_heads=2, ffn=344, seq=128, batch=4, vocab=1024),
+        "gpu": dict(layers=16, dim=1024, heads=16, kv_heads=4, ffn=2816, seq=2048, batch=4, vocab=32000),
+    },
+    "resnet50": {
+        "tiny": dict(depths=(1, 1, 1, 1), width=4, image=16, batch=2, classes=10),
+        "small": dict(depths=(3, 4, 6, 3), width=8, image=32, batch=4, classes=10),
+        "gpu": dict(depths=(3, 4, 6, 3), width=64, image=224, batch=64, classes=1000),
+    },
+    "resnet101": {
+        "tiny": dict(depths=(1, 1, 2, 1), width=4, image=16, batch=2, classes=10),
+        "small": dict(depths=(3, 4, 23, 3), width=8, image=32, batch=4, classes=10),
+        "gpu": dict(depths=(3, 4, 23, 3), width=64, image=224, batch=64, classes=1000),
+    },
+    "unet": {
+        "tiny": dict(channels=(3, 8, 16), image=16, batch=2),
+        "small": dict(channels=(3, 16, 32, 64, 128), image=64, batch=4),
+        "gpu": dict(channels=(3, 64, 128, 256, 512), image=256, batch=8),
+    },
+    "vit": {
+        "tiny": dict(layers=2, dim=64, heads=4, patch=8, image=32, batch=2, classes=10),
+        "small": dict(layers=6, dim=128, heads=4, patch=8, image=64, batch=8, classes=10),
+        "gpu": dict(layers=12, dim=768, heads=12, patch=16, image=224, batch=64, classes=1000),
+    },
+    "mlp": {
+        "tiny": dict(layers=4, width=32, batch=256, classes=10),
+        "small": dict(layers=16, width=256, batch=2048, classes=10),
+        "gpu": dict(layers=32, width=4096, batch=4096, classes=1000),
+    },
+}
+
+
+def build(name: str, scale: str = "small", overrides: dict | None = None) -> FrontierModel:
+    sizes = dict(SIZES[name][scale])
+    sizes.update(overrides or {})
+    return _with_sizes(_BUILDERS[name](**sizes), sizes)
+
+
+def _with_sizes(m: FrontierModel, sizes: dict) -> FrontierModel:
+    m.sizes = {k: list(v) if isinstance(v, tuple) else v for k, v in sizes.items()}
+    return m
+
+
+# --- Hugging Face ------------------------------------------------------------------------
+
+
+class HFLoss(nn.Module):
+    """``forward(input_ids, labels) -> loss`` around a Hugging Face model."""
+
+    def __init__(self, hf: nn.Module):
+        super().__init__()
+        self.hf = hf
+
+    def forward(self, input_ids, labels):
+        return self.hf(input_ids=input_ids, labels=labels).loss
+
+
+def _hf_batch(batch: int, seq: int, vocab: int):
+    ids = torch.randint(0, vocab, (batch, seq))
+    return ids, ids.clone()  # the models shift causal labels themselves; BERT predicts every token
+
+
+def _quiet_hf():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+
+def make_gpt2(layers, dim, heads, seq, batch, vocab) -> FrontierModel:
+    _quiet_hf()
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(n_layer=layers, n_embd=dim, n_head=heads, n_positions=seq, vocab_size=vocab,
+                        bos_token_id=0, eos_token_id=0, use_cache=False,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    hf = GPT2LMHeadModel(config)
+    h = hf.transformer.h
+    return FrontierModel(HFLoss(hf), _hf_batch(batch, seq, vocab), (hf.transformer, "h"), False, [h], {})
+
+
+def make_bert(layers, dim, heads, seq, batch, vocab) -> FrontierModel:
+    _quiet_hf()
+    from transformers import BertConfig, BertForMaskedLM
+
+    config = BertConfig(num_hidden_layers=layers, hidden_size=dim, num_attention_heads=heads,
+                        intermediate_size=4 * dim, max_position_embeddings=seq, vocab_size=vocab, use_cache=False,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    hf = BertForMaskedLM(config)
+    layer = hf.bert.encoder.layer
+    return FrontierModel(HFLoss(hf), _hf_batch(batch, seq, vocab), (hf.bert.encoder, "layer"), False, [layer], {})
+
+
+def make_llama(layers, dim, heads, kv_heads, ffn, seq, batch, vocab) -> FrontierModel:
+    _quiet_hf()
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(num_hidden_layers=layers, hidden_size=dim, num_attention_heads=heads,
+                         num_key_value_heads=kv_heads, intermediate_size=ffn, max_position_embeddings=seq,
+                         vocab_size=vocab, use_cache=False, attention_dropout=0.0,
+                         bos_token_id=0, eos_token_id=0, pad_token_id=None)
+    hf = LlamaForCausalLM(config)
+    layers_ = hf.model.layers
+    return FrontierModel(HFLoss(hf), _hf_batch(batch, seq, vocab), (hf.model, "layers"), False, [layers_], {})
+
+
+# --- ResNet ---------------------------------------------------------------------------------
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1):
+        super().__init__()
+        out = planes * self.expansion
+        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(out)
+        self.down = None
+        if stride != 1 or inplanes != out:
+            self.down = nn.Sequential(nn.Conv2d(inplanes, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = F.relu(self.bn2(self.conv2(h)))
+        h = self.bn3(self.conv3(h))
+        return F.relu(h + (x if self.down is None else self.down(x)))
+
+
+class ResNet(nn.Module):
+    def __init__(self, depths, width: int, classes: int, large_stem: bool):
+        super().__init__()
+        if large_stem:  # 7x7 stride 2 + max pool, for 224x224 images
+            self.stem = nn.Sequential(nn.Conv2d(3, width, 7, 2, 3, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+                                      nn.MaxPool2d(3, 2, 1))
+        else:
+            self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+        blocks, inplanes = [], width
+        for i, depth in enumerate(depths):
+            planes = width * 2**i
+            for j in range(depth):
+                blocks.append(Bottleneck(inplanes, planes, stride=2 if (i > 0 and j == 0) else 1))
+                inplanes = planes * Bottleneck.expansion
+        self.blocks = nn.Sequential(*blocks)
+        self.fc = nn.Linear(inplanes, classes)
+
+    def forward(self, x, y):
+        h = self.blocks(self.stem(x))
+        return F.cross_entropy(self.fc(h.mean(dim=(2, 3))), y)
+
+
+def _make_resnet(depths, width, image, batch, classes) -> FrontierModel:
+    model = ResNet(depths, width, classes, large_stem=image >= 128)
+    data = (torch.randn(batch, 3, image, image), torch.randint(0, classes, (batch,)))
+    return FrontierModel(model, data, (model, "blocks"), True, [model.blocks], {})
+
+
+make_resnet50 = _make_resnet
+make_resnet101 = _make_resnet
+
+
+# --- U-Net ------------------------------------------------------------------------------------
+
+
+def make_unet(channels, image, batch) -> FrontierModel:
+    from fxremat.models import UNet
+
+    model = UNet(tuple(channels))
+    data = (torch.randn(batch, 3, image, image), torch.randn(batch, 3, image, image))
+    return FrontierModel(model, data, None, False, [model.down, model.up], {})
+
+
+# --- ViT --------------------------------------------------------------------------------------
+
+
+class ViTBlock(nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x))
+
+
+class ViT(nn.Module):
+    def __init__(self, layers, dim, heads, patch, image, classes):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, patch, stride=patch)
+        tokens = (image // patch) ** 2 + 1
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
+        self.blocks = nn.Sequential(*(ViTBlock(dim, heads) for _ in range(layers)))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x, y):
+        h = self.patch(x).flatten(2).transpose(1, 2)
+        h = torch.cat([self.cls.expand(h.shape[0], -1, -1), h], dim=1) + self.pos
+        h = self.ln(self.blocks(h))
+        return F.cross_entropy(self.head(h[:, 0]), y)
+
+
+def make_vit(layers, dim, heads, patch, image, batch, classes) -> FrontierModel:
+    model = ViT(layers, dim, heads, patch, image, classes)
+    data = (torch.randn(batch, 3, image, image), torch.randint(0, classes, (batch,)))
+    return FrontierModel(model, data, (model, "blocks"), True, [model.blocks], {})
+
+
+# --- deep MLP ---------------------------------------------------------------------------------
+
+
+class DeepMLP(nn.Module):
+    def __init__(self, layers, width, classes):
+        super().__init__()
+        self.blocks = nn.Sequential(*(nn.Sequential(nn.Linear(width, width), nn.ReLU()) for _ in range(layers)))
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x, y):
+        return F.cross_entropy(self.head(self.blocks(x)), y)
+
+
+def make_mlp(layers, width, batch, classes) -> FrontierModel:
+    model = DeepMLP(layers, width, classes)
+    data = (torch.randn(batch, width), torch.randint(0, classes, (batch,)))
+    return FrontierModel(model, data, (model, "blocks"), True, [model.blocks], {})
+
+
+_BUILDERS = {
+    "gpt2": make_gpt2, "bert": make_bert, "llama": make_llama, "resnet50": make_resnet50,
+    "resnet101": make_resnet101, "unet": make_unet, "vit": make_vit, "mlp": make_mlp,
+}
