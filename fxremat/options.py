@@ -14,9 +14,7 @@ import os
 import re
 from typing import Any
 
-SOLVERS = ("auto", "mincut", "rotor")
-# Solvers designed but not built yet; asking for one says so instead of falling back.
-PLANNED_SOLVERS = ("checkmate", "twremat")
+SOLVERS = ("auto", "mincut", "rotor", "checkmate", "twremat")
 COMPILERS = ("inductor", "eager")
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -111,10 +109,6 @@ class Options:
                 "Inductor settings go under the 'inductor' key, e.g. options={'inductor': {'max_autotune': True}}"
             )
         solver = options.get("solver", "auto")
-        if solver in PLANNED_SOLVERS:
-            raise OptionError(
-                f"solver={solver!r} is not available in this version of fxremat yet; allowed: {list(SOLVERS)}"
-            )
         if solver not in SOLVERS:
             raise OptionError(f"solver={solver!r}: allowed values are {list(SOLVERS)}")
         debug_dir = options.get("debug_dir")

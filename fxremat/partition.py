@@ -229,6 +229,7 @@ class Plan:
     sequence: str | None = None  # Rotor's operation sequence
     stages: int | None = None  # Rotor's chain length
     solve_seconds: float = 0.0  # wall time of planning this graph (all solvers tried)
+    notes: dict[str, Any] = dataclasses.field(default_factory=dict)  # solver choice and solver details
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -247,6 +248,7 @@ class Plan:
             "sequence": self.sequence,
             "stages": self.stages,
             "solve_seconds": self.solve_seconds,
+            "notes": self.notes,
             "predicted_peak_bytes": self.predicted_peak_bytes,
             "predicted_peak_at": self.timeline.peak_step,
             "timeline": self.timeline.as_records(),
@@ -307,10 +309,54 @@ def partition(
     over = budget is not None and plan.predicted_peak_bytes > budget
     if options.solver == "mincut" and over:
         raise BudgetError(_budget_message(plan, options, plan.predicted_peak_bytes, "min-cut (solver='mincut')"))
-    if options.solver == "rotor" or over:
-        fwd, bwd, plan = _rotor(ctx, bwd, chosen, budget if budget is not None else plan.predicted_peak_bytes)
+    target = budget if budget is not None else plan.predicted_peak_bytes
+    if options.solver in ("rotor", "checkmate", "twremat"):
+        fwd, bwd, plan = _staged(ctx, bwd, chosen, target, options.solver)
+        plan.notes["why"] = f"solver={options.solver!r} was asked for"
+    elif over:
+        fwd, bwd, plan = _auto(ctx, bwd, chosen, target, plan.predicted_peak_bytes)
+    else:
+        plan.notes["why"] = ("no budget: the min-cut plan" if budget is None else
+                             f"the min-cut plan fits the budget ({_fmt(plan.predicted_peak_bytes)} <= {_fmt(budget)})")
     plan.solve_seconds = time.perf_counter() - started
     return fwd, bwd, plan
+
+
+def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node], budget: int,
+          mincut_peak: int) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+    """solver="auto" over budget: Rotor, which is optimal on chains of stages. When the
+    stages form a DAG (values skip stages, as in a U-Net) and it is small enough for
+    Checkmate's ILP, Checkmate plans it too -- it may free and recompute a skipped
+    value where Rotor carries it -- and the plan with the smaller estimated time wins."""
+    over = f"the min-cut plan ({_fmt(mincut_peak)}) is over the budget ({_fmt(budget)})"
+    rotor_result = _staged(ctx, mincut_bwd, mincut_saved, budget, "rotor")
+    from . import chain, stage_graph
+
+    cost = {n: chain.node_seconds(n) for n in ctx.joint.graph.nodes if n.op == "call_function"}
+    lin = chain.linearize(ctx.joint, ctx.classes.forward, ctx.classes.required_forward, ctx.input_names,
+                          [n for n in ctx.joint.graph.nodes if n.name in
+                           {m.name for m in mincut_bwd.graph.nodes if m.op == "call_function"}],
+                          set(mincut_saved), cost, max_stages=AUTO_CHECKMATE_MAX_STAGES)
+    skips = stage_graph.build(lin, cost, ctx.input_names).skips if lin.stages else 0
+    if skips == 0 or len(lin.stages) > AUTO_CHECKMATE_MAX_STAGES:
+        shape = ("a chain of stages" if skips == 0 else
+                 f"a DAG that does not merge into {AUTO_CHECKMATE_MAX_STAGES} stages or fewer (Checkmate's ILP "
+                 f"would be slow to compile; ask for solver='checkmate' to use it)")
+        rotor_result[2].notes["why"] = f"{over}; the graph is {shape}: Rotor"
+        return rotor_result
+    try:
+        checkmate_result = _staged(ctx, mincut_bwd, mincut_saved, budget, "checkmate",
+                                   max_stages=AUTO_CHECKMATE_MAX_STAGES)
+    except BudgetError:
+        checkmate_result = None
+    r = rotor_result[2].cut_cost
+    c = checkmate_result[2].cut_cost if checkmate_result else float("inf")
+    winner = checkmate_result if c < r else rotor_result
+    winner[2].notes["why"] = (f"{over}; the stages form a DAG ({skips} skip edges): Rotor and Checkmate both "
+                              f"planned it, estimated {r * 1e3:.3f} ms and "
+                              f"{'no plan' if checkmate_result is None else f'{c * 1e3:.3f} ms'}: "
+                              f"{winner[2].solver}")
+    return winner
 
 
 def _extract(ctx: _Context, saved: list[fx.Node], keep_unused: bool = False) -> tuple[fx.GraphModule, fx.GraphModule]:
@@ -347,19 +393,36 @@ def _plan(ctx: _Context, solver: str, fwd: fx.GraphModule, bwd: fx.GraphModule, 
     )
 
 
-def _rotor(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node],
-           budget: int) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
-    """The fastest Rotor plan whose predicted peak fits ``budget`` (see fxremat/chain.py)."""
-    from . import chain
-    from .passes import rotor
+# What a staged solver gives the common search: its operation sequence (Rotor's
+# operations over the linearization's stages), its cost in the cost model's seconds,
+# and the values its forward phase leaves in memory.
+_Candidate = tuple  # (sequence: list[rotor.Op], makespan: float, kept: list[fx.Node])
+
+# Stages each solver plans over at most (the linearization merges the rest). The
+# Checkmate ILP has O(n^2) binaries for n = 3 x stages nodes; beyond its limit (or a
+# linearization that did not get down to it) it falls back to two-phase LP rounding.
+MAX_STAGES = {"rotor": 64, "checkmate": 16, "twremat": 32}
+CHECKMATE_ILP_MAX_STAGES = 16
+CHECKMATE_TIME_LIMIT = 20.0  # seconds per ILP solve; stopping early is noted in the plan
+AUTO_CHECKMATE_MAX_STAGES = 8  # solver="auto" tries Checkmate's ILP only on DAGs this small (fast)
+
+
+def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node], budget: int,
+            solver: str, max_stages: int | None = None) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+    """The fastest plan of ``solver`` ("rotor", "checkmate", "twremat") over the
+    linearization's stages whose predicted peak fits ``budget`` (fxremat/chain.py,
+    fxremat/stage_graph.py)."""
+    from . import chain, stage_graph
+    from .passes import checkmate, rotor, twremat
+    from .passes.schedule import memory_lower_bound, no_remat, simulate
 
     joint, classes = ctx.joint, ctx.classes
     in_backward = {n.name for n in mincut_bwd.graph.nodes if n.op == "call_function"}
     backward = [n for n in joint.graph.nodes if n.name in in_backward]
     cost = {n: chain.node_seconds(n) for n in joint.graph.nodes if n.op == "call_function"}
+    max_stages = max_stages or MAX_STAGES[solver]
     lin = chain.linearize(joint, classes.forward, classes.required_forward, ctx.input_names, backward,
-                          set(mincut_saved), cost)
-    rchain = chain.rotor_chain(lin, cost, ctx.input_names)
+                          set(mincut_saved), cost, max_stages=max_stages)
     # Memory outside the chain, counted as alive throughout (an upper bound): the
     # forward's outputs, the parameter gradients, the tangents and the pinned values.
     gradients = [n for n in classes.bwd_outputs if isinstance(n, fx.Node)]
@@ -368,81 +431,142 @@ def _rotor(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node
                + sum(node_bytes(n) for n in joint.graph.nodes if _compat.is_tangent(n))
                + storage_bytes(lin.pinned, ctx.input_names))
     syms = [n for n in mincut_saved if _compat.is_sym_node(n)]
+    notes: dict[str, Any] = {"stages": len(lin.stages)}
 
-    def build(solution: rotor.Solution) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+    def build(candidate: _Candidate) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+        sequence, makespan, kept_values = candidate
         # Keep storages, not views (views are made again where read; see _check_no_aliasing).
-        kept = {n if storage_of(n) in ctx.input_names else (storage_node(n) or n)
-                for n in chain.kept_after_forward(lin, solution.sequence) + lin.pinned}
-        needed_inputs = {n for n in chain.inputs_read(joint, lin, solution.sequence) if _compat.is_primal(n)}
+        kept = {n if storage_of(n) in ctx.input_names else (storage_node(n) or n) for n in kept_values + lin.pinned}
+        needed_inputs = {n for n in chain.inputs_read(joint, lin, sequence) if _compat.is_primal(n)}
         saved = [n for n in joint.graph.nodes if (n in kept and n not in lin.free) or n in syms or n in needed_inputs]
         fwd, template = _extract(ctx, saved, keep_unused=True)
-        bwd, recomputed, reads = chain.emit_backward(template, joint, lin, solution.sequence)
+        bwd, recomputed, reads = chain.emit_backward(template, joint, lin, sequence)
         if any(n.name not in reads for n in saved):  # kept by the sequence, read by no op: do not save
             saved = [n for n in saved if n.name in reads]
             fwd, template = _extract(ctx, saved, keep_unused=True)
-            bwd, recomputed, reads = chain.emit_backward(template, joint, lin, solution.sequence)
-        plan = _plan(ctx, "rotor", fwd, bwd, saved, solution.makespan, recomputed,
-                     sequence=rotor.format_sequence(solution.sequence), stages=len(lin.stages))
+            bwd, recomputed, reads = chain.emit_backward(template, joint, lin, sequence)
+        plan = _plan(ctx, solver, fwd, bwd, saved, makespan, recomputed,
+                     sequence=rotor.format_sequence(sequence), stages=len(lin.stages))
         plan.budget_bytes = budget
+        plan.notes = dict(notes)
         return fwd, bwd, plan
 
-    # The chain model is an upper bound of the predicted timeline, not the timeline
-    # itself, so search the DP's budget: the largest one whose plan's *predicted* peak
-    # fits. A larger DP budget never gives a slower sequence, so that plan is the
-    # fastest the search sees; keep the fastest fitting plan found on the way.
-    built: dict[str, tuple] = {}  # sequence -> build(): DP budgets close together share plans
+    built: dict[str, tuple] = {}  # sequence -> build(): nearby model budgets share plans
 
-    def probe(dp_budget: float):
-        try:
-            solution = rotor.solve(rchain, dp_budget)
-        except rotor.InfeasibleBudget:
+    def make(candidate: _Candidate | None):
+        if candidate is None:
             return None
-        key = rotor.format_sequence(solution.sequence)
+        key = rotor.format_sequence(candidate[0])
         if key not in built:
-            built[key] = (solution, build(solution))
+            built[key] = (candidate, build(candidate))
         return built[key]
 
     def fits(found) -> bool:
         return found is not None and found[1][2].predicted_peak_bytes <= budget
 
-    least = None
-    for factor in (1.0001, 1.01, 1.03, 1.1):  # the DP rounds sizes up into bins
-        least_dp = rotor.min_budget(rchain) * factor
-        least = probe(least_dp)
-        if least is not None:
-            break
-    assert least is not None, "fxremat bug: no Rotor sequence at 1.1x the chain's minimum memory"
-    if not fits(least):
+    def too_small(least) -> BudgetError:
         least_bytes = least[1][2].predicted_peak_bytes
-        raise BudgetError(
+        return BudgetError(
             f"fxremat: memory_budget={ctx.options.memory_budget.describe() if ctx.options.memory_budget else None}"
             f" ({_fmt(budget)}) is below the minimum feasible budget for graph {ctx.graph_id}: the least-memory "
-            f"Rotor plan ({len(lin.stages)} stages) predicts {_fmt(least_bytes)}. Allowed: a budget of at least "
+            f"{solver} plan ({len(lin.stages)} stages) predicts {_fmt(least_bytes)}. Allowed: a budget of at least "
             f"{least_bytes} bytes.")
-    most_dp = rotor.solve(rchain, 1e30).peak  # keeps every stage: more never helps
-    best, lo, hi = least, least_dp, most_dp  # lo's plan fits
-    top = probe(most_dp)
+
+    if solver == "twremat":
+        # TWRemat has no budget: its parameter k trades memory for time. Keep the
+        # cheapest k whose plan's predicted peak fits.
+        graph = stage_graph.build(lin, cost, ctx.input_names, tied=False)
+        prepared = twremat.TWRemat(graph.problem)
+        ks = sorted({1 << e for e in range(max(prepared.bags, 1).bit_length() + 1)} | {prepared.bags + 1})
+        found_all = []
+        for k in ks:
+            computes = prepared.computes(k)
+            sol = simulate(graph.problem, stage_graph.from_computes(graph.problem, computes))
+            found_all.append(make((stage_graph.to_sequence(graph, computes), sol.total_cost,
+                                   stage_graph.kept_after_forward(graph, computes))))
+            notes.setdefault("twremat_k", {})[k] = found_all[-1][1][2].predicted_peak_bytes
+        fitting = [f for f in found_all if fits(f)]
+        if not fitting:
+            raise too_small(min(found_all, key=lambda f: f[1][2].predicted_peak_bytes))
+        return min(fitting, key=lambda f: f[0][1])[1]
+
+    if solver == "rotor":
+        rchain = chain.rotor_chain(lin, cost, ctx.input_names)
+
+        def solve_at(model_budget: float) -> _Candidate | None:
+            try:
+                solution = rotor.solve(rchain, model_budget)
+            except rotor.InfeasibleBudget:
+                return None
+            return solution.sequence, solution.makespan, chain.kept_after_forward(lin, solution.sequence)
+
+        least_model = rotor.min_budget(rchain)
+        most_model = rotor.solve(rchain, 1e30).peak  # keeps every stage: more never helps
+        slack = (1.0001, 1.01, 1.03, 1.1)  # the DP rounds sizes up into bins
+    else:  # checkmate
+        graph = stage_graph.build(lin, cost, ctx.input_names, tied=True)
+        use_ilp = len(lin.stages) <= CHECKMATE_ILP_MAX_STAGES
+        notes["checkmate_method"] = "ilp" if use_ilp else "lp-rounding"
+        notes["skip_edges"] = graph.skips
+
+        def solve_at(model_budget: float) -> _Candidate | None:
+            try:
+                if use_ilp:
+                    sol = checkmate.solve(graph.problem, model_budget, time_limit=CHECKMATE_TIME_LIMIT,
+                                          report_min_budget=False)
+                else:
+                    sol = checkmate.solve_lp(graph.problem, model_budget, time_limit=CHECKMATE_TIME_LIMIT)
+            except checkmate.NoScheduleFound:
+                return None
+            if sol.stopped_early:
+                notes["checkmate_stopped_early"] = notes.get("checkmate_stopped_early", 0) + 1
+                notes["checkmate_worst_gap"] = max(notes.get("checkmate_worst_gap", 0.0), sol.gap)
+            computes = [op.node for op in sol.schedule if op.kind == "compute"]
+            return (stage_graph.to_sequence(graph, computes), sol.cost,
+                    stage_graph.kept_after_forward(graph, computes))
+
+        lower, upper, _ = checkmate.min_budget(graph.problem, time_limit=CHECKMATE_TIME_LIMIT)
+        least_model = upper if upper is not None else max(lower, memory_lower_bound(graph.problem))
+        most_model = simulate(graph.problem, no_remat(graph.problem)).peak_bytes
+        slack = (1.0, 1.01, 1.05, 1.2)
+
+    least = None
+    for factor in slack:
+        least = make(solve_at(least_model * factor))
+        if least is not None:
+            least_model *= factor
+            break
+    if least is None:
+        raise BudgetError(f"fxremat: {solver} found no plan for graph {ctx.graph_id} at any budget "
+                          f"(its least-memory model budget is {_fmt(int(least_model))}); try solver='rotor'.")
+    if not fits(least):
+        raise too_small(least)
+    # The solvers' models are upper bounds of the predicted timeline, not the timeline
+    # itself, so search the model budget: the largest one whose plan's *predicted*
+    # peak fits. A larger model budget never gives a slower plan, so that plan is the
+    # fastest the search sees; keep the fastest fitting plan found on the way.
+    best, lo, hi = least, least_model, most_model  # lo's plan fits
+    top = make(solve_at(most_model))
     if fits(top):
         return top[1]
     # Guess where the predicted peak meets the budget from the model's overstatement at
-    # the last probe (secant-like), then bisect what is left; 2% of DP budget apart.
-    last = least
+    # the last probe, then bisect what is left; stop at 2% apart.
+    last, last_model = least, least_model
     for _ in range(8):
         if hi <= lo * 1.02:
             break
-        solution, (_, _, plan) = last
-        overstatement = plan.predicted_peak_bytes / max(solution.peak + outside, 1.0)
+        overstatement = last[1][2].predicted_peak_bytes / max(last_model + outside, 1.0)
         guess = budget / overstatement - outside
         mid = guess if lo < guess < hi else ((lo + hi) / 2 if hi < 4 * lo else (lo * hi) ** 0.5)
-        found = probe(mid)
+        found = make(solve_at(mid))
         if fits(found):
             lo = mid
-            if found[0].makespan < best[0].makespan:
+            if found[0][1] < best[0][1]:
                 best = found
         else:
             hi = mid
         if found is not None:
-            last = found
+            last, last_model = found, mid
     return best[1]
 
 

@@ -26,7 +26,6 @@ def test_parse_bytes(text, expected):
     ({"memory_budget": -3}, "positive"),
     ({"memory_budget": "6 gigs"}, "GiB"),
     ({"memory_budget": True}, "memory_budget"),
-    ({"solver": "checkmate"}, "not available in this version"),
     ({"solver": "magic"}, "allowed values"),
     ({"compiler": "tvm"}, "compiler"),
     ({"inductor": {"no_such_setting": 1}}, "no_such_setting"),
