@@ -322,6 +322,21 @@ def partition(
     return fwd, bwd, plan
 
 
+def _drop_unread_inputs(bwd: fx.GraphModule, template: fx.GraphModule) -> fx.GraphModule | None:
+    """``bwd`` without its unread inputs, if what is left is ``template``'s calling
+    convention (the same inputs in the same order); None otherwise. Saves emitting
+    the backward a second time after dropping saved values no op reads."""
+    wanted = [n.name for n in template.graph.find_nodes(op="placeholder")]
+    unread = [n for n in bwd.graph.find_nodes(op="placeholder") if not n.users and n.name not in wanted]
+    left = [n.name for n in bwd.graph.find_nodes(op="placeholder") if n not in unread]
+    if left != wanted:
+        return None
+    for n in unread:
+        bwd.graph.erase_node(n)
+    bwd.recompile()
+    return bwd
+
+
 def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node], budget: int,
           mincut_peak: int) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
     """solver="auto" over budget: Rotor, which is optimal on chains of stages. When the
@@ -444,7 +459,7 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
         if any(n.name not in reads for n in saved):  # kept by the sequence, read by no op: do not save
             saved = [n for n in saved if n.name in reads]
             fwd, template = _extract(ctx, saved, keep_unused=True)
-            bwd, recomputed, reads = chain.emit_backward(template, joint, lin, sequence)
+            bwd = _drop_unread_inputs(bwd, template) or chain.emit_backward(template, joint, lin, sequence)[0]
         plan = _plan(ctx, solver, fwd, bwd, saved, makespan, recomputed,
                      sequence=rotor.format_sequence(sequence), stages=len(lin.stages))
         plan.budget_bytes = budget
