@@ -61,7 +61,6 @@ import csv
 import datetime
 import functools
 import json
-import math
 import os
 import platform
 import queue
@@ -89,13 +88,14 @@ ROCKMATE_NOT_RUN = (
     "tries `import rockmate` and records whatever fails."
 )
 
-QUICK = dict(models=["mlp", "gpt2"], scale="tiny", pt_budgets=[0.5], fx_budgets=[1.0, 0.5], segments=[2],
-             steps=3, rounds=2)
-# The default run fits ~40 minutes on a shared 2-core CPU (compiling dominates: ~1 min per
-# strategy and model). resnet101 (ResNet-101-like) is left to --models: it compiles about
-# twice as long as resnet50.
+QUICK = dict(models=["mlp", "gpt2"], scale="tiny", pt_budgets=[0.5], fx_budgets=[1.0, 0.5], solver_budgets=[],
+             segments=[2], steps=3, rounds=2)
+# The default run is sized for a shared 2-core CPU, where compiling dominates (0.5-2 min per
+# strategy and model): one point per peer sweep, fxremat's solvers other than "auto" at one
+# budget, and resnet101 (ResNet-101-like) left to --models (it compiles about twice as long
+# as resnet50). Widen with --pt-budgets, --segments, --fx-budgets, --solver-budgets.
 FULL = dict(models=["gpt2", "bert", "llama", "resnet50", "unet", "vit", "mlp"], scale="small",
-            pt_budgets=[0.5, 0.2], fx_budgets=[1.0, 0.5, 0.25], segments=[2], steps=5, rounds=3)
+            pt_budgets=[0.5], fx_budgets=[1.0, 0.5, 0.25], solver_budgets=[0.5], segments=[2], steps=3, rounds=3)
 
 
 # =========================================================================================
@@ -111,8 +111,9 @@ def strategy_list(args) -> list[dict]:
     out.append({"name": "sac_mm", "kind": "sac_mm"})
     for solver in args.solvers:
         prefix = "fxremat" if solver == "auto" else f"fxremat_{solver}"
+        budgets = args.fx_budgets if solver == "auto" else args.solver_budgets
         out += [{"name": f"{prefix}_{b}", "kind": "fxremat", "budget": b, "solver": solver}
-                for b in args.fx_budgets]
+                for b in sorted(budgets, reverse=True)]
     if args.rockmate:
         out.append({"name": "rockmate", "kind": "rockmate"})
     if args.strategies:
@@ -310,7 +311,9 @@ def child(spec: dict) -> None:
     except NotApplicable as err:
         _emit({"not_applicable": str(err)})
         return
-    _emit({"result": state.pop("result")})
+    result = state.pop("result")
+    state["release"]()
+    _emit({"result": result})
     for line in sys.stdin:
         command = line.split()
         if not command or command[0] == "exit":
@@ -318,8 +321,7 @@ def child(spec: dict) -> None:
         if command[0] == "time":
             state["timed_step"]()  # the process sat idle: warm its caches first
             times = [state["timed_step"]() for _ in range(int(command[1]))]
-            if state["device"].type == "cuda":
-                torch.cuda.empty_cache()  # hand back cached blocks while the other strategies run
+            state["release"]()
             _emit({"times": times})
 
 
@@ -403,7 +405,15 @@ def _measure(spec: dict) -> dict:
         seconds = [p["solve_seconds"] for p in result["fx_plans"]]
         result["fx_solve_s"] = sum(seconds) if None not in seconds else None
     result["device_name"] = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
-    return {"result": result, "timed_step": timed_step, "device": device}
+    def release() -> None:
+        """Idle between timing visits: drop the gradients and, on CUDA, the allocator's cached
+        blocks, so that the other strategies' live processes have the device's memory."""
+        model.zero_grad(set_to_none=True)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    return {"result": result, "timed_step": timed_step, "release": release}
 
 
 # =========================================================================================
@@ -482,7 +492,8 @@ def _error_text(returncode: int, stderr: str) -> str:
         head = lines[i].split(":", 1)[0]
         if not lines[i].startswith(" ") and ":" in lines[i] and ("Error" in head or "Exception" in head
                                                                   or head == "NotApplicable"):
-            return "\n".join(lines[i:]).strip()[:3000] + f" [exit {returncode}]"
+            body = [ln for ln in lines[i:] if not ln.startswith(("Set TORCHDYNAMO_VERBOSE", "Set TORCH_LOGS"))]
+            return "\n".join(body).strip()[:3000] + f" [exit {returncode}]"
     return ("\n".join(lines[-20:]).strip() or f"exit status {returncode}")[:3000] + f" [exit {returncode}]"
 
 
@@ -540,6 +551,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fx-budgets", default=None, help="fxremat memory_budget fractions")
     parser.add_argument("--solvers", default="auto,checkmate,twremat",
                         help="fxremat solvers; those fxremat.Options rejects are recorded as skipped")
+    parser.add_argument("--solver-budgets", default=None,
+                        help="budgets for the solvers other than auto (default: 0.5; --quick: none)")
     parser.add_argument("--segments", default=None, help="checkpoint_sequential segment counts")
     parser.add_argument("--rockmate", action="store_true", help="add the rockmate strategy (errors on CPU)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads in every child (default 1)")
@@ -551,7 +564,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=1,
                         help="measurement processes at a time (default 1; more shortens compiling on a many-core "
                              "machine, and the isolated step times then share the CPU; the interleaved rounds "
-                             "always run one process at a time)")
+                             "always run one process at a time; on a GPU keep 1, the processes would share it)")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per child process answer")
     parser.add_argument("--out", default=None, help="output folder (default bench/results/<device>/frontier)")
     parser.add_argument("--summarize", default=None, metavar="JSON",
@@ -571,6 +584,8 @@ def main(argv: list[str] | None = None) -> None:
     args.fx_budgets = [float(b) for b in args.fx_budgets.split(",")] if args.fx_budgets else preset["fx_budgets"]
     args.segments = [int(s) for s in args.segments.split(",")] if args.segments else preset["segments"]
     args.solvers = args.solvers.split(",")
+    args.solver_budgets = ([float(b) for b in args.solver_budgets.split(",")] if args.solver_budgets
+                           else preset["solver_budgets"])
     args.strategies = args.strategies.split(",") if args.strategies else None
     args.steps = args.steps or preset["steps"]
     args.rounds = preset["rounds"] if args.rounds is None else args.rounds
@@ -705,9 +720,29 @@ def run_model(model_name: str, strategies: list[dict], args, shared_cache: str) 
         first = [pair for pair in pending if pair[0]["kind"] in ("eager", "inductor")]
         for pair in first:
             measure(*pair)
-        rest = [pair for pair in pending if pair not in first]
+        # One fxremat solver's budgets run in turn, highest first: once one is below the least-memory
+        # plan (BudgetError), the lower ones are recorded as skipped instead of compiled.
+        chains: dict[str, list] = {}
+        for pair in pending:
+            if pair not in first:
+                key = f"fxremat:{pair[0]['solver']}" if pair[0]["kind"] == "fxremat" else pair[0]["name"]
+                chains.setdefault(key, []).append(pair)
+
+        def run_chain(chain: list) -> None:
+            infeasible = None
+            for row, spec in chain:
+                if infeasible is not None:
+                    row.update(status="skipped", error=f"not compiled: budget {infeasible['budget']} already "
+                                                       f"failed with BudgetError: {_first_line(infeasible['error'])}")
+                    print(f"{model_name:10s} {row['name']:22s} skipped (a higher budget was infeasible)", flush=True)
+                    continue
+                measure(row, spec)
+                if row["status"] == "failed" and row["error"].startswith("BudgetError"):
+                    infeasible = row
+
+        order = sorted(chains.values(), key=len, reverse=True)  # long chains start first
         with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
-            list(pool.map(lambda pair: measure(*pair), rest))
+            list(pool.map(run_chain, order))
         interleave(model_name, rows, children, args)
     finally:
         for child, cache in children.values():
@@ -752,6 +787,10 @@ def interleave(model_name: str, rows: list[dict], children: dict, args) -> None:
         row["step_ms"], row["step_ms_source"] = row["step_ms_interleaved"], "interleaved"
     print(f"{model_name:10s} interleaved timing: {len(times)} strategies x {args.rounds} rounds x {args.steps} steps "
           f"({time.perf_counter() - started:.0f} s)", flush=True)
+
+
+def _first_line(text: str) -> str:
+    return (text or "").strip().splitlines()[0] if text and text.strip() else ""
 
 
 def _fmt(x, spec: str) -> str:

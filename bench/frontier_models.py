@@ -58,17 +58,17 @@ class FrontierModel:
 SIZES: dict[str, dict[str, dict]] = {
     "gpt2": {
         "tiny": dict(layers=2, dim=64, heads=4, seq=32, batch=2, vocab=256),
-        "small": dict(layers=4, dim=128, heads=4, seq=256, batch=8, vocab=512),
+        "small": dict(layers=4, dim=128, heads=4, seq=128, batch=4, vocab=512),
         "gpu": dict(layers=12, dim=768, heads=12, seq=1024, batch=8, vocab=50257),
     },
     "bert": {
         "tiny": dict(layers=2, dim=64, heads=4, seq=32, batch=2, vocab=256),
-        "small": dict(layers=4, dim=128, heads=4, seq=256, batch=8, vocab=512),
+        "small": dict(layers=4, dim=128, heads=4, seq=128, batch=4, vocab=512),
         "gpu": dict(layers=12, dim=768, heads=12, seq=512, batch=16, vocab=30522),
     },
     "llama": {
         "tiny": dict(layers=2, dim=64, heads=4, kv_heads=2, ffn=172, seq=32, batch=2, vocab=256),
-        "small": dict(layers=4, dim=128, heads=4, kv_heads=2, ffn=344, seq=256, batch=8, vocab=512),
+        "small": dict(layers=4, dim=128, heads=4, kv_heads=2, ffn=344, seq=128, batch=4, vocab=512),
         "gpu": dict(layers=16, dim=1024, heads=16, kv_heads=4, ffn=2816, seq=2048, batch=4, vocab=32000),
     },
     "resnet50": {
