@@ -346,4 +346,8 @@ def test_lp_rounding_ratio_on_training_chains(capsys):
     geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
     with capsys.disabled():
         print(f"\nLP rounding / ILP cost on training chains: geomean {geomean:.3f}, max {max(ratios):.3f}")
-    assert geomean < 1.5
+    # Plain threshold rounding reached 1.13 here; with randomized roundings, repair and local
+    # improvement every case reaches the ILP optimum today (1.000): some slack for other HiGHS builds.
+    assert geomean <= 1.02 and max(ratios) <= 1.10
+    # Reproducible: seeded roundings, deterministic moves.
+    assert checkmate.solve_lp(p, budget).schedule == sol.schedule
