@@ -43,7 +43,7 @@ def measure_step(model: str, backend: str = "fxremat", options: dict | None = No
     ``grad_check``: also compile the model in float64 with the same backend and
     options and compare its gradients with eager PyTorch's (``grad_max_rel_error``:
     the largest ``|g - g_eager|`` over all parameters, relative to the largest
-    ``|g_eager|`` of that parameter). ``threads``: ``torch.set_num_threads`` in the
+    ``|g_eager|`` of that parameter, floored at 1e-3 of the largest of all). ``threads``: ``torch.set_num_threads`` in the
     child (1 gives steadier step times on a shared machine)."""
     spec = {"model": model, "backend": backend, "options": options or {}, "device": device, "dtype": dtype,
             "model_kwargs": model_kwargs or {}, "warmup": warmup, "time_steps": time_steps,
@@ -163,12 +163,11 @@ def _grad_error(spec: dict) -> float:
     with _compat.autograd_cache_disabled():
         torch.manual_seed(1)
         compiled(*batch).backward()
-    worst = 0.0
-    for p, r in zip(model.parameters(), reference.parameters()):
-        if r.grad is None:
-            continue
-        worst = max(worst, ((p.grad - r.grad).abs().max() / r.grad.abs().max().clamp_min(1e-30)).item())
-    return worst
+    # Relative to each parameter's largest gradient, floored at 1e-3 of the largest of all:
+    # a convolution bias before a batch norm has a gradient of rounding noise only.
+    pairs = [(p.grad, r.grad) for p, r in zip(model.parameters(), reference.parameters()) if r.grad is not None]
+    floor = 1e-3 * max(r.abs().max().item() for _, r in pairs)
+    return max((g - r).abs().max().item() / max(r.abs().max().item(), floor) for g, r in pairs)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ returns (kept to the end: they become ``.grad``).
 
 from __future__ import annotations
 
+import torch
 import torch.fx as fx
 
 from . import oplib
@@ -46,8 +47,11 @@ def fused_away(node: fx.Node) -> bool:
         r.op == "call_function" and oplib.fusible_pair(node, r) for r in readers)
 
 
+_CONV_BACKWARD = torch.ops.aten.convolution_backward.default
+
+
 def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid: set[str] = frozenset(),
-                 fusion: bool = False) -> tuple[list[Step], dict[str, str | None]]:
+                 fusion: bool = False, channels_last: bool = False) -> tuple[list[Step], dict[str, str | None]]:
     """Steps of one graph, and the storage of each node by name; ``rename`` maps a
     placeholder to the storage it arrives in. Inputs in ``relaid`` are copied to a new
     layout before their first use (Inductor's channels-last convolutions): the copy
@@ -89,6 +93,11 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             if a in pending_copies:
                 pending_copies.discard(a)
                 allocates[storage[a]] = node_bytes(a)
+        if channels_last and node.target is _CONV_BACKWARD and isinstance(node.args[0], fx.Node):
+            # With channels-last convolutions the library's backward takes the incoming
+            # gradient (contiguous) in its own layout: a temporary copy of it, freed
+            # when the op returns (measured on CPU: one grad_output-sized buffer).
+            allocates[f"{phase}:{node.name}:workspace"] = node_bytes(node.args[0])
         # Inductor writes in place only from kernels it generates, not library calls.
         in_place = fusion and oplib.is_fusible(node)
         steps.append(Step(node.name, allocates=allocates, reads=sorted(reads), phase=phase, in_place=in_place))
@@ -116,7 +125,7 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
             relaid: set[str] = frozenset(), fusion: bool = False) -> Timeline:
     """``relaid``: forward inputs the compiler copies to another layout (``relaid_inputs``);
     ``fusion``: model Inductor's fusion (values it never writes to memory)."""
-    fwd_steps, fwd_storage = _graph_steps(fwd, "forward", {}, relaid, fusion)
+    fwd_steps, fwd_storage = _graph_steps(fwd, "forward", {}, relaid, fusion, channels_last=bool(relaid))
     # The backward's saved inputs arrive in the storages the forward returned them in.
     fwd_out_args = list(next(iter(fwd.graph.find_nodes(op="output"))).args[0])
     rename = {}
@@ -125,7 +134,7 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
             rename[node.name] = fwd_storage[node.name]
         elif node.name.startswith("tangents"):
             rename[node.name] = f"backward:{node.name}"
-    bwd_steps, bwd_storage = _graph_steps(bwd, "backward", rename, fusion=fusion)
+    bwd_steps, bwd_storage = _graph_steps(bwd, "backward", rename, fusion=fusion, channels_last=bool(relaid))
     bwd_outputs = {bwd_storage[n.name] for n in _output_nodes(bwd) if bwd_storage.get(n.name)}
     user_outputs = {
         s for a in fwd_out_args[:num_user_outputs] if isinstance(a, fx.Node)
