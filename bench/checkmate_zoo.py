@@ -18,8 +18,9 @@ their gradients are outside the budget.
 Each model is solved at budgets a fraction of the way from its working-set lower bound
 (:func:`passes.schedule.memory_lower_bound`, below which nothing fits) to its
 no-rematerialization peak -- 0.4 and 0.7 by default; a fixed fraction of the peak alone
-would be infeasible for some models and loose for others -- with the ILP (HiGHS, under a time limit; the report says whether it stopped early
-and its gap) and with two-phase LP rounding (:func:`passes.checkmate.solve_lp`).
+would be infeasible for some models and loose for others -- with the ILP (HiGHS, under
+a time limit; the report says whether it stopped early and its gap) and with two-phase
+LP rounding (:func:`passes.checkmate.solve_lp`).
 Writes ``checkmate_zoo.json`` and ``checkmate_zoo.md`` to ``--out-dir``. The ratio
 is rounding cost / ILP cost (the ILP incumbent when it stopped early); the paper's
 deterministic threshold rounding alone (``solve_lp`` without randomized roundings,

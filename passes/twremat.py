@@ -26,7 +26,11 @@ Two refinements, neither affecting the paper's bounds: only the separator nodes
 that ``S`` depends on are computed (the paper's graphs have a single output
 every node feeds), and frees are placed by :func:`passes.schedule.from_computes`
 (each value freed after its last use before its next computation), which holds
-at most what the paper's keep/free annotations hold.
+at most what the paper's keep/free annotations hold. Problems with tied nodes
+(:class:`~passes.schedule.RematProblem` ``tied``) are refused: the recursion may
+separate a tied node from its owner. :func:`solve_for_budget` picks the cheapest
+``k`` whose schedule fits a budget. Measured on training graphs (peak and length
+against no rematerialization, over depth and ``k``): ``bench/twremat_report.py``.
 
 Complexity: for width ``w`` and ``n`` nodes, the schedule has length
 ``O(T_onepass * w * n^log2(w+2))`` and peak ``O((M_in + w M_max) log n)``

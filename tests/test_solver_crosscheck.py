@@ -13,6 +13,9 @@ exactly, ``bins=None``), at every budget from one below Rotor's least to store-a
 * exhaustive search over all schedules of the DAG equals Rotor's exhaustive search: the two
   memory models agree, so the sandwich above is an equality whenever a persistent sequence
   is optimal.
+
+And TWRemat against Checkmate on small random DAGs: at TWRemat's own peak, exhaustive
+search is never dearer than either, and the ILP's schedule is valid under that budget.
 """
 
 import dataclasses
@@ -21,9 +24,9 @@ import doctest
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
-from fxremat.passes import chain_dag, checkmate, rotor
+from fxremat.passes import chain_dag, checkmate, rotor, twremat
 from fxremat.passes.rotor import Chain
-from fxremat.passes.schedule import simulate
+from fxremat.passes.schedule import RematProblem, simulate
 
 
 @st.composite
@@ -163,3 +166,30 @@ def test_from_chain_rejects_what_it_cannot_map():
         chain_dag.from_chain(Chain(u_f=[1], u_b=[1], w_a=[1], w_abar=[1], w_a0=1))
     with pytest.raises(ValueError, match="omega_abar < omega_a"):
         chain_dag.from_chain(Chain(u_f=[1], u_b=[1], w_a=[2], w_abar=[1], w_a0=1).with_loss())
+
+
+@st.composite
+def small_dags(draw, max_nodes=7):
+    n = draw(st.integers(2, max_nodes))
+    nodes = [f"v{i}" for i in range(n)]
+    edges = []
+    for j in range(1, n):
+        preds = draw(st.sets(st.integers(max(0, j - 3), j - 1), min_size=1, max_size=2))
+        edges += [(nodes[i], nodes[j]) for i in sorted(preds)]
+    return RematProblem(nodes=nodes, edges=edges, cost={v: draw(st.integers(1, 5)) for v in nodes},
+                        size={v: draw(st.integers(1, 6)) for v in nodes}, outputs={nodes[-1]})
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_dags(), st.integers(1, 4))
+def test_twremat_and_checkmate_at_twremat_peak(problem, k):
+    tw = twremat.solve(problem, k)
+    best, _ = checkmate.brute_force(problem, tw.peak_bytes)
+    assert best <= tw.cost
+    ilp = ilp_or_none(problem, tw.peak_bytes)
+    if ilp is None:
+        event("no staged schedule at TWRemat's peak")  # TWRemat's schedules need not be staged
+        return
+    assert best <= ilp.cost and ilp.peak_bytes <= tw.peak_bytes
+    assert simulate(problem, ilp.schedule) == (ilp.cost, ilp.peak_bytes)
+    event("ILP cheaper than TWRemat" if ilp.cost < tw.cost else "ILP not cheaper than TWRemat")

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import networkx as nx
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from fxremat.passes import twremat
@@ -162,3 +163,11 @@ def test_schedule_does_not_depend_on_string_hashing():
     outs = {subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": seed}).stdout for seed in ("1", "2")}
     assert len(outs) == 1 and "compute" in outs.pop()
+
+
+def test_tied_nodes_are_refused():
+    p = RematProblem(nodes=["a", "f", "x", "g"], edges=[("a", "f"), ("a", "x"), ("f", "x"), ("a", "g"), ("f", "g"),
+                                                         ("x", "g")],
+                     cost=dict.fromkeys("afxg", 1), size=dict.fromkeys("afxg", 1), outputs={"g"}, tied={"x": "f"})
+    with pytest.raises(ValueError, match="tied"):
+        twremat.solve(p)
