@@ -66,4 +66,6 @@ def test_plans_are_reproducible():
 
     fxremat.inspect.clear()
     _, second = plan_of(fn, x, w)
-    assert first.to_json() == second.to_json()
+    plan_1, plan_2 = first.to_json(), second.to_json()
+    assert plan_1.pop("solve_seconds") >= 0 and plan_2.pop("solve_seconds") >= 0  # wall time: differs
+    assert plan_1 == plan_2
