@@ -95,7 +95,7 @@ QUICK = dict(models=["mlp", "gpt2"], scale="tiny", pt_budgets=[0.5], fx_budgets=
 # budget, and resnet101 (ResNet-101-like) left to --models (it compiles about twice as long
 # as resnet50). Widen with --pt-budgets, --segments, --fx-budgets, --solver-budgets.
 FULL = dict(models=["gpt2", "bert", "llama", "resnet50", "unet", "vit", "mlp"], scale="small",
-            pt_budgets=[0.5], fx_budgets=[1.0, 0.5, 0.25], solver_budgets=[0.5], segments=[2], steps=3, rounds=3)
+            pt_budgets=[0.5], fx_budgets=[1.0, 0.5, 0.25], solver_budgets=[0.5], segments=[2], steps=3, rounds=10)
 
 
 # =========================================================================================
@@ -861,7 +861,13 @@ def _point(r):
 
 def summarize(rows: list[dict]) -> list[dict]:
     """Per model: fxremat against its peers at 50% and 25% of torch.compile default's measured peak,
-    and fxremat at budget 1.0 against torch.compile default. Every figure is a row's field."""
+    and fxremat at budget 1.0 against torch.compile default. Every figure is a row's field.
+
+    At a target T: fxremat's point = its fastest run with measured peak <= T (any solver);
+    ``peer`` = the fastest peer (every other strategy) with measured peak <= T, ``ratio`` =
+    fxremat's step time / the peer's; ``peer_more`` = the fastest peer whose measured peak is at
+    least fxremat's point's (equal or higher memory), ``ratio_more`` likewise (below 1: no peer
+    using as much memory or more is as fast)."""
     out = []
     for model in dict.fromkeys(r["model"] for r in rows):
         ok = _ok(rows, model)
@@ -880,6 +886,12 @@ def summarize(rows: list[dict]) -> list[dict]:
             entry["peer"] = _point(best_peer) if best_peer else None
             if best_fx and best_peer:
                 entry["ratio"] = best_fx["step_ms"] / best_peer["step_ms"]
+            if best_fx:
+                more = [r for r in peers if r["peak_bytes"] >= best_fx["peak_bytes"]]
+                fastest = min(more, key=lambda r: r["step_ms"]) if more else None
+                entry["peer_more"] = _point(fastest) if fastest else None
+                if fastest:
+                    entry["ratio_more"] = best_fx["step_ms"] / fastest["step_ms"]
             notes = []
             if not best_fx:
                 low = min(fx, key=lambda r: r["peak_bytes"]) if fx else None
@@ -891,7 +903,7 @@ def summarize(rows: list[dict]) -> list[dict]:
                              (f" (lowest: {low['name']} at {low['peak_bytes'] / MIB:.2f} MiB)" if low else ""))
             entry["note"] = "; ".join(notes) or None
             out.append(entry)
-        full = next((r for r in fx if r.get("budget") == 1.0 and r.get("solver", "auto") == "auto"), None)
+        full = next((r for r in fx if r.get("budget") == 1.0 and (r.get("solver") or "auto") == "auto"), None)
         entry = {"model": model, "target": 1.0, "default": _point(default), "fxremat": _point(full) if full else None}
         if full:
             entry["ratio"] = full["step_ms"] / default["step_ms"]
@@ -902,50 +914,58 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _cell(point: dict | None) -> str:
+    if not point:
+        return "none"
+    return f"{point['name']}: {point['peak_bytes'] / MIB:.2f} MiB, {point['step_ms']:.1f} ms"
+
+
 def summary_markdown(data: dict) -> str:
     meta = data["meta"]
     m = meta["machine"]
     lines = [
         f"# Benchmark frontier: summary ({meta['device']}, scale {meta['scale']})", "",
         f"`{meta['command']}` — {meta['date']}, {m['cpu']} ({m['cpu_count']} CPUs), torch {m['torch']}, "
-        f"{meta['threads']} thread(s), load average {', '.join(f'{x:.2f}' for x in meta['loadavg_start'])} at start, "
+        f"{meta['threads']} thread(s), {meta['rounds']} interleaved timing rounds of {meta['steps']} steps, "
+        f"load average {', '.join(f'{x:.2f}' for x in meta['loadavg_start'])} at start, "
         f"{', '.join(f'{x:.2f}' for x in meta.get('loadavg_end', meta['loadavg_start']))} at end"
         + (f", {meta['wall_s'] / 60:.0f} min" if meta.get("wall_s") else "") + ".", "",
-        "Memory: measured peak of the training step above its inputs (MiB). Target = a fraction of "
-        "`torch.compile` default's measured peak (its activation memory). At a target, each side's point is its "
-        "fastest run whose measured peak is within the target; peers are all strategies except fxremat. "
-        "Ratio = fxremat's step time ÷ the best peer's (below 1: fxremat faster). Every figure is a row of "
-        "`frontier.json` (`summary` holds the same numbers).", "",
-        "| model | target | target (MiB) | fxremat run | peak (MiB) | step (ms) | best peer | peak (MiB) | step (ms) "
-        "| fxremat ÷ peer |",
-        "|---|---:|---:|---|---:|---:|---|---:|---:|---:|",
+        "Memory: measured peak of the training step above its inputs. Target: a fraction of `torch.compile` "
+        "default's measured peak (its activation memory). fxremat's point: its fastest run (any solver) whose "
+        "measured peak is within the target. *Best peer ≤ target*: the fastest other strategy within the target; "
+        "*best peer ≥ fxremat's memory*: the fastest other strategy whose measured peak is at least fxremat's. "
+        "Ratios are fxremat's step time ÷ the peer's (below 1: fxremat faster). Budget 1.0: `fxremat_1.0` ÷ "
+        "`torch.compile` default. Every figure is a row of `frontier.json` (its `summary` holds the same numbers).",
+        "",
+        "| model | target (MiB) | fxremat | best peer ≤ target | ÷ | best peer ≥ fxremat's memory | ÷ |",
+        "|---|---|---|---|---:|---|---:|",
     ]
     for e in data["summary"]:
         if e.get("target") is None:
-            lines.append(f"| {e['model']} | - | - | - | - | - | - | - | - | {e['note']} |")
+            lines.append(f"| {e['model']} | - | - | - | - | - | {e['note']} |")
             continue
         if e["target"] == 1.0:
-            fx, d = e.get("fxremat"), e["default"]
-            fx_cells = (f"{fx['name']} | {fx['peak_bytes'] / MIB:.2f} | {fx['step_ms']:.2f}" if fx
-                        else "failed | - | -")
-            ratio = f"**{e['ratio']:.3f}**" if e.get("ratio") else e.get("note", "-")
-            lines.append(f"| {e['model']} | budget 1.0 | {d['peak_bytes'] / MIB:.2f} | {fx_cells} | "
-                         f"{d['name']} (default) | {d['peak_bytes'] / MIB:.2f} | {d['step_ms']:.2f} | {ratio} |")
+            d = e["default"]
+            ratio = f"**{e['ratio']:.2f}**" if e.get("ratio") else "-"
+            lines.append(f"| {e['model']} | budget 1.0 | {_cell(e.get('fxremat')) if e.get('fxremat') else 'failed'} "
+                         f"| {_cell(d)} (default) | {ratio} | | |")
             continue
-        fx, peer = e.get("fxremat"), e.get("peer")
-        fx_cells = f"{fx['name']} | {fx['peak_bytes'] / MIB:.2f} | {fx['step_ms']:.2f}" if fx else "none | - | -"
-        peer_cells = (f"{peer['name']} | {peer['peak_bytes'] / MIB:.2f} | {peer['step_ms']:.2f}" if peer
-                      else "none | - | -")
-        ratio = f"**{e['ratio']:.3f}**" if e.get("ratio") else e.get("note", "-")
-        if e.get("ratio") and e.get("note"):
-            ratio += f" ({e['note']})"
-        lines.append(f"| {e['model']} | {e['target']:.0%} | {e['target_bytes'] / MIB:.2f} | {fx_cells} | "
-                     f"{peer_cells} | {ratio} |")
+        ratio = f"**{e['ratio']:.2f}**" if e.get("ratio") else "-"
+        ratio_more = f"{e['ratio_more']:.2f}" if e.get("ratio_more") else "-"
+        peer = _cell(e.get("peer")) if e.get("peer") else "none reaches it"
+        fx_cell = _cell(e.get("fxremat")) if e.get("fxremat") else "none within it"
+        more = _cell(e.get("peer_more")) if e.get("fxremat") else "-"
+        lines.append(f"| {e['model']} | {e['target']:.0%}: {e['target_bytes'] / MIB:.2f} | {fx_cell} | {peer} | "
+                     f"{ratio} | {more} | {ratio_more} |")
+    notes = [e for e in data["summary"] if e.get("note") and e.get("target") not in (None, 1.0)]
+    if notes:
+        lines += ["", "Lowest measured peaks where a side does not reach a target:", ""]
+        lines += [f"- {e['model']} {e['target']:.0%}: {e['note']}" for e in notes]
     failed = [r for r in data["rows"] if r["status"] != "ok"]
     if failed:
         lines += ["", "Not measured (status, reason):", ""]
         for r in failed:
-            lines.append(f"- {r['model']} / {r['name']}: {r['status']} — {(r.get('error') or '').splitlines()[0][:300]}")
+            lines.append(f"- {r['model']} / {r['name']}: {r['status']} — {_first_line(r.get('error'))[:300]}")
     lines += ["", f"Rockmate: {meta['rockmate']}", ""]
     return "\n".join(lines)
 
@@ -957,7 +977,9 @@ STYLE = {  # family -> (marker, colour, label)
     "ckpt_blocks": ("D", "tab:green", "checkpoint every block"),
     "ckpt_seq": ("v", "tab:olive", "checkpoint_sequential"),
     "sac_mm": ("P", "tab:purple", "selective AC (save matmuls)"),
-    "fxremat": ("*", "tab:red", "fxremat"),
+    "fxremat": ("*", "tab:red", "fxremat (solver auto)"),
+    "fxremat_checkmate": ("X", "darkred", "fxremat (checkmate)"),
+    "fxremat_twremat": ("h", "tab:pink", "fxremat (twremat)"),
 }
 
 
@@ -1000,7 +1022,7 @@ def write_plots(data: dict, out_dir: str) -> None:
         ax.set_xlabel("measured peak memory of the step (MiB, above inputs)")
         ax.set_ylabel("step time (ms, median)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="best", framealpha=0.7)
         fig.text(0.01, 0.01, f"{meta['device']}, torch {meta['machine']['torch']}, {meta['threads']} thread(s), "
                              f"{meta['date'][:10]}; dotted: 50% / 25% of torch.compile default's peak", fontsize=6)
         fig.tight_layout(rect=(0, 0.03, 1, 1))
