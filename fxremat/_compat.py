@@ -278,7 +278,7 @@ def install_segment_fusion_guard() -> None:
     _fusion_guard_installed = True
 
 
-# --- Dynamo: compile-phase timings and the recompile limit (benchmarks) -----------
+# --- Dynamo: compile-phase timings (benchmarks) ------------------------------------
 
 
 def compile_phase_seconds() -> dict[str, list[float]]:
@@ -288,12 +288,3 @@ def compile_phase_seconds() -> dict[str, list[float]]:
     from torch._dynamo import utils as dynamo_utils
 
     return {key: list(values) for key, values in dynamo_utils.compilation_time_metrics.items()}
-
-
-def dynamo_recompile_limit(limit: int):
-    """Context manager: let one code object be compiled up to ``limit`` times (several
-    compiled copies of one model class in one process, as a benchmark's strategies)."""
-    from torch._dynamo import config as dynamo_config
-
-    key = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
-    return dynamo_config.patch(**{key: limit})
