@@ -332,8 +332,7 @@ def _measure(spec: dict) -> dict:
 
     import fxremat
     from fxremat import _compat
-    from fxremat.harness import _rss_kib
-    from fxremat.measure import measure_peak_bytes
+    from fxremat.harness import measure_memory
 
     strategy = spec["strategy"]
     model, fn, batch, ctx, device = _build(spec, strategy)
@@ -361,29 +360,8 @@ def _measure(spec: dict) -> dict:
             warmup_s.append(time.perf_counter() - start)
             if i == 0:
                 first_loss = float(loss.detach())
-    inputs = list(model.parameters()) + list(model.buffers()) + list(batch)
-    baseline = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in inputs}.values())
-    result: dict[str, Any] = {"baseline_bytes": baseline, "loss": first_loss, "warmup_s": warmup_s}
-
-    model.zero_grad(set_to_none=True)
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        step()
-        torch.cuda.synchronize()
-        result["peak_bytes"] = torch.cuda.max_memory_allocated() - before
-        result["rss_peak_bytes"] = None
-    else:
-        result["peak_bytes"] = measure_peak_bytes(step)["peak_bytes"]
-        model.zero_grad(set_to_none=True)
-        gc.collect()
-        before = _rss_kib("VmRSS")
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM to the current RSS
-        step()
-        result["rss_peak_bytes"] = (_rss_kib("VmHWM") - before) * 1024
+    result: dict[str, Any] = {"loss": first_loss, "warmup_s": warmup_s,
+                              **measure_memory(model, batch, step, device)}
 
     timed_step()  # one untimed step after the profiler
     times = [timed_step() for _ in range(spec["steps"])]

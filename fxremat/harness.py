@@ -64,12 +64,43 @@ def _rss_kib(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
+def measure_memory(model, batch, step, device) -> dict[str, Any]:
+    """One ``step()`` (gradients set to None before it), measured as the module docstring
+    says: ``baseline_bytes``, ``peak_bytes`` and, on CPU, ``rss_peak_bytes`` (None on CUDA)."""
+    import torch
+
+    from fxremat.measure import measure_peak_bytes
+
+    inputs = list(model.parameters()) + list(model.buffers()) + list(batch)
+    result: dict[str, Any] = {
+        "baseline_bytes": sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in inputs}.values()),
+        "rss_peak_bytes": None}
+    model.zero_grad(set_to_none=True)
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        step()
+        torch.cuda.synchronize()
+        result["peak_bytes"] = torch.cuda.max_memory_allocated() - before
+    else:
+        result["peak_bytes"] = measure_peak_bytes(step)["peak_bytes"]
+        model.zero_grad(set_to_none=True)
+        gc.collect()
+        before = _rss_kib("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS
+        step()
+        result["rss_peak_bytes"] = (_rss_kib("VmHWM") - before) * 1024
+    return result
+
+
 def _child(spec: dict) -> dict:
     import torch
 
     import fxremat
     from fxremat import _compat, models
-    from fxremat.measure import measure_peak_bytes
 
     if spec.get("threads"):
         torch.set_num_threads(spec["threads"])
@@ -92,30 +123,9 @@ def _child(spec: dict) -> dict:
         for _ in range(spec["warmup"]):
             model.zero_grad(set_to_none=True)
             step()
-    inputs = list(model.parameters()) + list(model.buffers()) + list(batch)
-    baseline = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in inputs}.values())
-    result: dict[str, Any] = {"spec": spec, "torch": torch.__version__, "baseline_bytes": baseline}
-
-    model.zero_grad(set_to_none=True)
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        step()
-        torch.cuda.synchronize()
-        result["peak_bytes"] = torch.cuda.max_memory_allocated() - before
-        result["device_name"] = torch.cuda.get_device_name()
-    else:
-        result["peak_bytes"] = measure_peak_bytes(step)["peak_bytes"]
-        model.zero_grad(set_to_none=True)
-        gc.collect()
-        before = _rss_kib("VmRSS")
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM to the current RSS
-        step()
-        result["rss_peak_bytes"] = (_rss_kib("VmHWM") - before) * 1024
-        result["device_name"] = "cpu"
+    result: dict[str, Any] = {"spec": spec, "torch": torch.__version__,
+                              **measure_memory(model, batch, step, device)}
+    result["device_name"] = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     if spec.get("time_steps"):
         import statistics
 
