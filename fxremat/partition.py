@@ -417,7 +417,7 @@ _Candidate = tuple  # (sequence: list[rotor.Op], makespan: float, kept: list[fx.
 # Checkmate ILP has O(n^2) binaries for n = 3 x stages nodes; beyond its limit (or a
 # linearization that did not get down to it) it falls back to two-phase LP rounding.
 MAX_STAGES = {"rotor": 64, "checkmate": 16, "twremat": 32}
-CHECKMATE_ILP_MAX_STAGES = 16
+CHECKMATE_ILP_MAX_STAGES = MAX_STAGES["checkmate"]  # the merge gets there unless it cannot
 CHECKMATE_TIME_LIMIT = 20.0  # seconds per ILP solve; stopping early is noted in the plan
 AUTO_CHECKMATE_MAX_STAGES = 8  # solver="auto" tries Checkmate's ILP only on DAGs this small (fast)
 
