@@ -17,7 +17,9 @@ Values that must keep one value for the whole step are *pinned* (kept from the
 forward to the end of the backward, counted apart from the chain): outputs of
 nondeterministic RNG ops (recomputing them would draw new numbers; Inductor's
 seeded ``inductor_random`` is deterministic given its seed, so only the seeds are
-pinned), and the rare forward value a backward op reads outside its stage.
+pinned), values no gradient flows through that later layers read (the attention
+mask a Hugging Face model builds from its token ids: it would cross every cut), and
+the rare forward value a backward op reads outside its stage.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import torch.fx as fx
 from . import _compat, oplib
 from .passes import rotor
 from .passes.memory import Step, simulate
-from .sizes import node_bytes, storage_bytes, storage_of
+from .sizes import is_tensor_node, node_bytes, storage_bytes, storage_of
 
 
 @dataclasses.dataclass
@@ -79,9 +81,33 @@ def _is_seed_lookup(node: fx.Node) -> bool:
     return getattr(node.target, "_opname", "") == "inductor_lookup_seed"
 
 
+def _step_constants(nodes: list[fx.Node], forward: set[fx.Node], free: set[fx.Node], pinned: list[fx.Node],
+                    differentiable: set[fx.Node] | None) -> list[fx.Node]:
+    """Values no gradient flows through that the rest of the forward reads: attention
+    masks and position data a model builds from its token ids and reads in every
+    layer. They would cross every cut and break the chain, so they are pinned: made
+    once, kept for the step, counted apart. Only the frontier is pinned (what
+    non-constant ops read); the ops building it are ordinary forward ops.
+    ``differentiable``: the step inputs that get a gradient (None: every input)."""
+    if differentiable is None:
+        return []
+    # Values made from pinned random values stay with them, in their stage (a
+    # dropout mask is per layer: pinning it too would only add memory).
+    varying: set[fx.Node] = set(pinned)
+    for n in nodes:
+        if n in differentiable or (n.op == "placeholder" and n not in forward) or (
+                n.op == "call_function" and (n not in forward or any(a in varying for a in n.all_input_nodes))):
+            varying.add(n)
+    taken = set(pinned)
+    constants = [n for n in nodes if n.op == "call_function" and n in forward and n not in varying
+                 and n not in free and n not in taken]
+    return [n for n in constants if any(u in varying and u in forward for u in n.users)
+            and is_tensor_node(n)]
+
+
 def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Node], inputs: set[str],
               backward: list[fx.Node], saved: set[fx.Node], cost: dict[fx.Node, float],
-              max_stages: int = 64) -> Linearization:
+              max_stages: int = 64, differentiable: set[fx.Node] | None = None) -> Linearization:
     nodes = [n for n in joint.graph.nodes if n.op != "output"]
     pinned: list[fx.Node] = [n for n in nodes if n in forward and _is_pinned_rng(n)]
     # Free: cheap values computable from inputs, constants and pinned values alone (a
@@ -92,10 +118,19 @@ def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Nod
                 all(a in free or a in pinned for a in n.all_input_nodes)
                 and (oplib.is_fusible(n) or _is_seed_lookup(n)))):
             free.add(n)
+    pinned += _step_constants(nodes, forward, free, pinned, differentiable)
     # The forward's ops: those its outputs need, and those the min-cut saves for the
     # backward (a value only the backward reads, computed early because it is small).
-    order = [n for n in nodes if (n in required or (n in saved and n in forward))
-             and n not in free and n not in pinned]
+    order = [n for n in nodes if n in required and n not in free and n not in pinned]
+    # A saved value only the backward reads (the 1/D a layer norm's backward uses) sits
+    # late in the joint graph; run it right after its inputs, so it does not keep an
+    # early value alive across every later cut.
+    for n in nodes:
+        if n in saved and n in forward and n not in required and n not in free and n not in pinned:
+            at = max((i for i, m in enumerate(order) if m in n.all_input_nodes), default=-1)
+            while at + 1 < len(order) and order[at + 1] not in required:
+                at += 1  # after the saved values already placed there: graph order among them
+            order.insert(at + 1, n)
     position = {n: i for i, n in enumerate(order)}
     last_fwd_use: dict[fx.Node, int] = {}
     for n in order:

@@ -69,6 +69,58 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
 
+class MaskedBlock(nn.Module):
+    """A pre-LN block reading an attention mask made once by its model (SDPA)."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x, mask):
+        b, t, d = x.shape
+        q, k, v = (y.view(b, t, self.heads, d // self.heads).transpose(1, 2)
+                   for y in self.qkv(self.ln1(x)).split(d, dim=-1))
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class PaddedGPT(nn.Module):
+    """A GPT laid out as Hugging Face models are: the model builds one attention mask
+    from the token ids (causal and padding, with indexing ops) and every block reads
+    it; attention is SDPA (tagged random for its dropout, here 0). ``pad`` ids are
+    masked out as keys."""
+
+    def __init__(self, vocab: int = 256, dim: int = 64, heads: int = 4, layers: int = 4, seq: int = 32,
+                 pad: int = 0):
+        super().__init__()
+        self.pad = pad
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(seq, dim)
+        self.blocks = nn.ModuleList(MaskedBlock(dim, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, idx, targets):
+        t = idx.shape[1]
+        positions = torch.arange(t, device=idx.device)
+        # Gathered from a table, as Hugging Face's mask builders index theirs: not an op
+        # fxremat may recompute freely, so the mask is a value made once per step.
+        table = torch.ones(t, t, dtype=torch.bool, device=idx.device).tril()
+        causal = table[positions[:, None], positions[None, :]]  # (t, t)
+        keys = (idx != self.pad)[:, None, None, :]  # (b, 1, 1, t)
+        mask = causal[None, None] & keys
+        mask = mask | torch.eye(t, dtype=torch.bool, device=idx.device)  # a padded query still sees itself
+        x = self.tok(idx) + self.pos(positions)
+        for block in self.blocks:
+            x = block(x, mask)
+        logits = self.head(self.ln(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
 class TransformerStack(nn.Module):
     """Transformer blocks on continuous inputs, with a mean-squared loss."""
 
@@ -161,6 +213,13 @@ def make_gpt(batch: int = 8, seq: int = 64, vocab: int = 256, **kw):
     return model, (idx, torch.roll(idx, -1, dims=1))
 
 
+def make_padded_gpt(batch: int = 4, seq: int = 32, vocab: int = 256, **kw):
+    model = PaddedGPT(vocab=vocab, seq=seq, **kw)
+    idx = torch.randint(1, vocab, (batch, seq))
+    idx[:, seq - seq // 4:] = 0  # padding at the end of each row
+    return model, (idx, torch.roll(idx, -1, dims=1))
+
+
 def make_transformer(batch: int = 4, seq: int = 16, dim: int = 64, **kw):
     model = TransformerStack(dim=dim, **kw)
     return model, (torch.randn(batch, seq, dim), torch.randn(batch, seq, dim))
@@ -213,4 +272,5 @@ ZOO = {
     "unet": make_unet,
     "deep_cnn": make_deep_cnn,
     "gpt": make_gpt,
+    "padded_gpt": make_padded_gpt,
 }

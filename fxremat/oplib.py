@@ -61,10 +61,29 @@ def _overload(node: fx.Node):
 
 
 def is_random(node: fx.Node) -> bool:
+    """Draws random numbers: recomputing it would not reproduce its values. Attention
+    ops are tagged nondeterministic_seeded for their dropout; with ``dropout_p == 0``
+    (inference, or models built without attention dropout, as most LLMs are) they
+    draw nothing and recompute exactly."""
     op = _overload(node)
     if op is None:
         return False
-    return torch.Tag.nondeterministic_seeded in op.tags or op in _random_prims()
+    if op in _random_prims():
+        return True
+    if torch.Tag.nondeterministic_seeded not in op.tags:
+        return False
+    return _dropout_p(node, op) != 0.0
+
+
+def _dropout_p(node: fx.Node, op) -> float | None:
+    """The ``dropout_p`` argument of an attention op (its default if not passed); None
+    for ops without one (ordinary random ops) or a value not known when tracing."""
+    for i, arg in enumerate(op._schema.arguments):
+        if arg.name != "dropout_p":
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get("dropout_p", arg.default_value)
+        return float(value) if isinstance(value, (int, float)) else None
+    return None
 
 
 def is_view(node: fx.Node) -> bool:

@@ -422,6 +422,16 @@ CHECKMATE_TIME_LIMIT = 20.0  # seconds per ILP solve; stopping early is noted in
 AUTO_CHECKMATE_MAX_STAGES = 8  # solver="auto" tries Checkmate's ILP only on DAGs this small (fast)
 
 
+def _differentiable_inputs(ctx: _Context) -> set[fx.Node] | None:
+    """The primals that get a gradient (the joint's gradient outputs are one per primal,
+    None where there is none); None if that correspondence does not hold."""
+    primals = [n for n in ctx.joint.graph.nodes if n.op == "placeholder" and _compat.is_primal(n)]
+    grads = ctx.classes.bwd_outputs
+    if len(grads) != len(primals):
+        return None
+    return {p for p, g in zip(primals, grads) if g is not None}
+
+
 def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node], budget: int,
             solver: str, max_stages: int | None = None) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
     """The fastest plan of ``solver`` ("rotor", "checkmate", "twremat") over the
@@ -437,7 +447,7 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
     cost = {n: chain.node_seconds(n) for n in joint.graph.nodes if n.op == "call_function"}
     max_stages = max_stages or MAX_STAGES[solver]
     lin = chain.linearize(joint, classes.forward, classes.required_forward, ctx.input_names, backward,
-                          set(mincut_saved), cost, max_stages=max_stages)
+                          set(mincut_saved), cost, max_stages=max_stages, differentiable=_differentiable_inputs(ctx))
     # Memory outside the chain, counted as alive throughout (an upper bound): the
     # forward's outputs, the parameter gradients, the tangents and the pinned values.
     gradients = [n for n in classes.bwd_outputs if isinstance(n, fx.Node)]
@@ -446,7 +456,7 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
                + sum(node_bytes(n) for n in joint.graph.nodes if _compat.is_tangent(n))
                + storage_bytes(lin.pinned, ctx.input_names))
     syms = [n for n in mincut_saved if _compat.is_sym_node(n)]
-    notes: dict[str, Any] = {"stages": len(lin.stages)}
+    notes: dict[str, Any] = {"stages": len(lin.stages), "pinned_bytes": storage_bytes(lin.pinned, ctx.input_names)}
 
     def build(candidate: _Candidate) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
         sequence, makespan, kept_values = candidate

@@ -41,3 +41,20 @@ def test_random_nodes_are_banned_in_the_plan():
     plan = fxremat.inspect.plans()[-1]
     assert "random" in plan.banned.values()
     assert not any("rand" in r["op"] for r in plan.recomputed)
+
+
+@pytest.mark.parametrize("dropout_p, random", [(0.0, False), (0.1, True), (None, False)])
+def test_attention_is_random_only_with_dropout(dropout_p, random):
+    """SDPA ops carry the nondeterministic_seeded tag for their dropout; without it they
+    recompute exactly, and treating them as random would pin every attention output."""
+    from fxremat import oplib
+
+    graph = torch.fx.Graph()
+    q, k, v = (graph.placeholder(n) for n in "qkv")
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    args = (q, k, v) if dropout_p is None else (q, k, v, dropout_p)  # None: the schema's default
+    node = graph.call_function(op, args)
+    assert torch.Tag.nondeterministic_seeded in op.tags
+    assert oplib.is_random(node) is random
+    dropout = graph.call_function(torch.ops.aten.native_dropout.default, (q, 0.0, True))
+    assert oplib.is_random(dropout)  # ordinary random ops stay random whatever their p

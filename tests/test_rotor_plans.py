@@ -44,6 +44,25 @@ def test_gradients_equal_eager_and_peak_follows_the_budget(make, kwargs):
     assert peaks[-1] < 0.75 * peaks[0]  # it really recomputes
 
 
+def test_a_mask_every_layer_reads_does_not_break_the_chain():
+    """Hugging Face models build one attention mask from the token ids (with indexing
+    ops, so it is not free to recompute) and every layer reads it; attention is SDPA,
+    tagged random for its dropout even at dropout 0. Neither may stop the chain at
+    the layer boundaries: the mask is pinned, SDPA without dropout is deterministic."""
+    layers = 4
+    kwargs = dict(batch=8, seq=64, layers=layers)
+    grads, plan, (model, batch) = _grads_and_plan(models.make_padded_gpt, kwargs, {"memory_budget": 0.45})
+    assert plan.solver == "rotor" and plan.predicted_peak_bytes <= plan.budget_bytes
+    assert plan.notes["stages"] >= 4 * layers  # several stages per layer
+    # The (b, 1, t, t) mask (as float64: SDPA adds it to the scores), nothing bigger.
+    assert 0 < plan.notes["pinned_bytes"] <= 8 * 64 * 64 * 8
+    reference = copy.deepcopy(model)
+    reference.zero_grad(set_to_none=True)
+    reference(*batch).backward()
+    for g, p in zip(grads, reference.parameters()):
+        assert (g - p.grad).abs().max() <= 1e-9 * max(p.grad.abs().max().item(), 1e-3)
+
+
 def test_auto_uses_mincut_when_it_fits_and_rotor_otherwise():
     _, plan, _ = _grads_and_plan(models.make_transformer, TRANSFORMER, {"memory_budget": 1.0})
     assert plan.solver == "mincut"
