@@ -288,3 +288,18 @@ def compile_phase_seconds() -> dict[str, list[float]]:
     from torch._dynamo import utils as dynamo_utils
 
     return {key: list(values) for key, values in dynamo_utils.compilation_time_metrics.items()}
+
+
+def make_graph_module(root: Any, graph: fx.Graph) -> fx.GraphModule:
+    """A GraphModule whose Python code is generated on first use, not now (torch's
+    ``_LazyGraphModule``): planning builds many candidate graphs and runs few."""
+    from torch.fx._lazy_graph_module import _LazyGraphModule
+
+    return _LazyGraphModule(root, graph)
+
+
+def lazy_graph_modules():
+    """Within it, GraphModules torch makes (its partitioner's extractor) are lazy too."""
+    from torch.fx._lazy_graph_module import _use_lazy_graph_module
+
+    return _use_lazy_graph_module(True)

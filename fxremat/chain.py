@@ -262,26 +262,6 @@ def kept_after_forward(lin: Linearization, sequence: list[rotor.Op]) -> list[fx.
     return kept
 
 
-def inputs_read(joint: fx.GraphModule, lin: Linearization, sequence: list[rotor.Op]) -> set[fx.Node]:
-    """The step inputs (primals) the backward of ``sequence`` reads, directly or through
-    the free values it recomputes: they must be saved for it."""
-    ops: set[fx.Node] = set()
-    first_b = next(i for i, op in enumerate(sequence) if op.kind == rotor.B)
-    for op in sequence[first_b:]:
-        if op.stage <= len(lin.stages):
-            stage = lin.stages[op.stage - 1]
-            ops.update(stage.backward if op.kind == rotor.B else stage.forward)
-    found, stack = set(), [a for n in ops for a in n.all_input_nodes]
-    while stack:
-        n = stack.pop()
-        if n in found:
-            continue
-        found.add(n)
-        if n in lin.free:
-            stack.extend(n.all_input_nodes)
-    return {n for n in found if n.op == "placeholder"}
-
-
 class _Emitter:
     """Writes joint-graph ops into a new graph, each value's latest copy in ``env``.
 
@@ -296,6 +276,7 @@ class _Emitter:
         self.recomputed: list[fx.Node] = []  # copies of forward ops
         self.copies: dict[fx.Node, tuple[int, str]] = {}  # copy -> (operation index, joint node)
         self.stand_ins: list[fx.Node] = []
+        self.stand_in_of: dict[fx.Node, fx.Node] = {}  # stand-in -> the joint node it stands for
         self.op_index = -1
 
     def value(self, node: fx.Node) -> fx.Node:
@@ -303,6 +284,7 @@ class _Emitter:
             if self.scratch and (node.op == "placeholder" or not (node in self.free or oplib.is_view(node))):
                 self.env[node] = self.graph.placeholder(f"missing_{node.name}")
                 self.stand_ins.append(self.env[node])
+                self.stand_in_of[self.env[node]] = node
                 return self.env[node]
             # Free values and views of available values are made where needed.
             if node.op == "placeholder" or not (node in self.free or oplib.is_view(node)):
@@ -344,28 +326,45 @@ def _needed(stage: Stage, targets: list[fx.Node]) -> list[fx.Node]:
     return [n for n in stage.forward if n in need]
 
 
+def backward_reads(joint: fx.GraphModule, lin: Linearization, sequence: list[rotor.Op],
+                   gradients: list[fx.Node]) -> tuple[set[fx.Node], set[tuple[int, str]]]:
+    """What the backward of ``sequence`` reads that it does not compute (the values the
+    forward must save, the tangents) and which (operation, node) copies it keeps
+    alive: one scratch emission, before any graph is extracted, so the forward saves
+    exactly what is read."""
+    graph, emitter = _emit(None, joint, lin, sequence, None, gradients=gradients)
+    alive = {emitter.copies[n] for n in graph.nodes if n in emitter.copies}
+    reads = {emitter.stand_in_of[n] for n in emitter.stand_ins if n.users}
+    return reads, alive
+
+
 def emit_backward(template: fx.GraphModule, joint: fx.GraphModule, lin: Linearization,
-                  sequence: list[rotor.Op]) -> tuple[fx.GraphModule, list[dict], set[str]]:
+                  sequence: list[rotor.Op], alive: set[tuple[int, str]] | None = None
+                  ) -> tuple[fx.GraphModule, list[dict], set[str]]:
     """A new backward graph: ``template``'s inputs and outputs (AOTAutograd's calling
     convention, from torch's extractor), with the body the Rotor sequence dictates;
-    the forward ops it computes again (name, op); and the inputs it reads."""
-    scratch, emitter = _emit(template, joint, lin, sequence, None)
-    alive = {emitter.copies[n] for n in scratch.nodes if n in emitter.copies}
-    if any(n.users for n in emitter.stand_ins):
-        missing = sorted(n.name for n in emitter.stand_ins if n.users)
-        raise KeyError(f"fxremat rotor: the backward reads {missing}, which the forward does not save")
+    the forward ops it computes again (name, op); and the inputs it reads. ``alive``:
+    from ``backward_reads`` (else found here by a scratch emission)."""
+    if alive is None:
+        scratch, emitter = _emit(template, joint, lin, sequence, None)
+        alive = {emitter.copies[n] for n in scratch.nodes if n in emitter.copies}
+        if any(n.users for n in emitter.stand_ins):
+            missing = sorted(n.name for n in emitter.stand_ins if n.users)
+            raise KeyError(f"fxremat rotor: the backward reads {missing}, which the forward does not save")
     graph, emitter = _emit(template, joint, lin, sequence, alive)
     recomputed = [{"name": n.name, "op": str(n.target)} for n in emitter.recomputed if n.op == "call_function"]
     reads = {n.name for n in graph.find_nodes(op="placeholder") if n.users}
-    return fx.GraphModule(template, graph), recomputed, reads
+    return _compat.make_graph_module(template, graph), recomputed, reads
 
 
-def _emit(template, joint, lin, sequence, only):
+def _emit(template, joint, lin, sequence, only, gradients=None):
+    """``template`` None: a scratch emission whose every input is a stand-in, with
+    ``gradients`` (joint nodes) as its outputs."""
     by_name = {n.name: n for n in joint.graph.nodes}
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     output = None
-    for node in template.graph.nodes:
+    for node in template.graph.nodes if template is not None else ():
         if node.op == "placeholder":
             env[by_name[node.name]] = graph.node_copy(node)
         elif node.op == "output":
@@ -386,7 +385,8 @@ def _emit(template, joint, lin, sequence, only):
             for n in _needed(stage, targets):
                 emitter.emit(n)
     emitter.op_index = len(sequence)
-    outputs = [emitter.value(by_name[a.name]) if isinstance(a, fx.Node) else a for a in output.args[0]]
+    wanted = output.args[0] if output is not None else gradients
+    outputs = [emitter.value(by_name[a.name]) if isinstance(a, fx.Node) else a for a in wanted]
     graph.output(tuple(outputs))
     graph.eliminate_dead_code()
     if only is not None:

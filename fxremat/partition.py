@@ -310,31 +310,21 @@ def partition(
     if options.solver == "mincut" and over:
         raise BudgetError(_budget_message(plan, options, plan.predicted_peak_bytes, "min-cut (solver='mincut')"))
     target = budget if budget is not None else plan.predicted_peak_bytes
+    # Planning builds many candidate graphs: their Python code is made only for the one
+    # that runs.
     if options.solver in ("rotor", "checkmate", "twremat"):
-        fwd, bwd, plan = _staged(ctx, bwd, chosen, target, options.solver)
+        with _compat.lazy_graph_modules():
+            fwd, bwd, plan = _staged(ctx, bwd, chosen, target, options.solver)
         plan.notes["why"] = f"solver={options.solver!r} was asked for"
     elif over:
-        fwd, bwd, plan = _auto(ctx, bwd, chosen, target, plan.predicted_peak_bytes)
+        with _compat.lazy_graph_modules():
+            fwd, bwd, plan = _auto(ctx, bwd, chosen, target, plan.predicted_peak_bytes)
     else:
         plan.notes["why"] = ("no budget: the min-cut plan" if budget is None else
                              f"the min-cut plan fits the budget ({_fmt(plan.predicted_peak_bytes)} <= {_fmt(budget)})")
+    plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code
     plan.solve_seconds = time.perf_counter() - started
     return fwd, bwd, plan
-
-
-def _drop_unread_inputs(bwd: fx.GraphModule, template: fx.GraphModule) -> fx.GraphModule | None:
-    """``bwd`` without its unread inputs, if what is left is ``template``'s calling
-    convention (the same inputs in the same order); None otherwise. Saves emitting
-    the backward a second time after dropping saved values no op reads."""
-    wanted = [n.name for n in template.graph.find_nodes(op="placeholder")]
-    unread = [n for n in bwd.graph.find_nodes(op="placeholder") if not n.users and n.name not in wanted]
-    left = [n.name for n in bwd.graph.find_nodes(op="placeholder") if n not in unread]
-    if left != wanted:
-        return None
-    for n in unread:
-        bwd.graph.erase_node(n)
-    bwd.recompile()
-    return bwd
 
 
 def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node], budget: int,
@@ -381,7 +371,7 @@ def _extract(ctx: _Context, saved: list[fx.Node], keep_unused: bool = False) -> 
 
 
 def _plan(ctx: _Context, solver: str, fwd: fx.GraphModule, bwd: fx.GraphModule, saved: list[fx.Node],
-          cut_cost: float, recomputed: list[dict] | None = None, **extra: Any) -> Plan:
+          cut_cost: float, recomputed: list[dict] | None = None, with_code: bool = True, **extra: Any) -> Plan:
     bwd_inputs = {n.name for n in bwd.graph.find_nodes(op="placeholder")}
     saved_final = [n for n in saved if n.name in bwd_inputs and not _compat.is_sym_node(n)]  # torch drops unused
     saved_sym = [n for n in saved if n.name in bwd_inputs and _compat.is_sym_node(n)]
@@ -402,8 +392,8 @@ def _plan(ctx: _Context, solver: str, fwd: fx.GraphModule, bwd: fx.GraphModule, 
         cut_cost=cut_cost,
         timeline=timeline,
         budget_bytes=None,
-        forward_code=fwd.code,
-        backward_code=bwd.code,
+        forward_code=fwd.code if with_code else "",  # candidates: filled in for the plan chosen
+        backward_code=bwd.code if with_code else "",
         **extra,
     )
 
@@ -462,15 +452,16 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
         sequence, makespan, kept_values = candidate
         # Keep storages, not views (views are made again where read; see _check_no_aliasing).
         kept = {n if storage_of(n) in ctx.input_names else (storage_node(n) or n) for n in kept_values + lin.pinned}
-        needed_inputs = {n for n in chain.inputs_read(joint, lin, sequence) if _compat.is_primal(n)}
-        saved = [n for n in joint.graph.nodes if (n in kept and n not in lin.free) or n in syms or n in needed_inputs]
+        # Save what the backward reads of what the sequence keeps (kept values no op
+        # reads are not saved), the step inputs it reads, and the symbolic sizes.
+        reads, alive = chain.backward_reads(joint, lin, sequence, gradients)
+        missing = sorted(n.name for n in reads if n.op != "placeholder" and (n not in kept or n in lin.free))
+        if missing:
+            raise KeyError(f"fxremat {solver}: the backward reads {missing}, which the forward does not keep")
+        saved = [n for n in joint.graph.nodes if n in syms or (n in reads and (n in kept or _compat.is_primal(n)))]
         fwd, template = _extract(ctx, saved, keep_unused=True)
-        bwd, recomputed, reads = chain.emit_backward(template, joint, lin, sequence)
-        if any(n.name not in reads for n in saved):  # kept by the sequence, read by no op: do not save
-            saved = [n for n in saved if n.name in reads]
-            fwd, template = _extract(ctx, saved, keep_unused=True)
-            bwd = _drop_unread_inputs(bwd, template) or chain.emit_backward(template, joint, lin, sequence)[0]
-        plan = _plan(ctx, solver, fwd, bwd, saved, makespan, recomputed,
+        bwd, recomputed, _ = chain.emit_backward(template, joint, lin, sequence, alive)
+        plan = _plan(ctx, solver, fwd, bwd, saved, makespan, recomputed, with_code=False,
                      sequence=rotor.format_sequence(sequence), stages=len(lin.stages))
         plan.budget_bytes = budget
         plan.notes = dict(notes)
