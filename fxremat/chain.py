@@ -32,7 +32,7 @@ import torch.fx as fx
 from . import _compat, oplib
 from .passes import rotor
 from .passes.memory import Step, simulate
-from .sizes import is_tensor_node, node_bytes, storage_bytes, storage_of
+from .sizes import is_multi_output, is_tensor_node, node_bytes, storage_bytes, storage_of
 
 
 @dataclasses.dataclass
@@ -167,14 +167,47 @@ def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Nod
         cuts = [c for i, c in enumerate(cuts, start=1) if not lo <= i < hi]
 
 
+def _items(values: list[fx.Node]) -> list[fx.Node]:
+    """``values`` with each multi-output value (a tuple, which the forward cannot save)
+    replaced by its items, the ``getitem`` nodes reading it."""
+    return [i for v in values for i in ([u for u in v.users if oplib.is_getitem(u)] if is_multi_output(v) else [v])]
+
+
+def _past_items(order: list[fx.Node], cuts: list[int]) -> list[int]:
+    """``cuts`` (after these positions of ``order``) moved past the items of any
+    multi-output op they would separate it from: a^s must hold the items, not the
+    tuple. Moving a cut onto the next one leaves an empty stage (the stage count
+    stays that of ``cuts``, which ``linearize`` merges by index)."""
+    last_item: dict[fx.Node, int] = {}
+    for k, n in enumerate(order):
+        if oplib.is_getitem(n) and isinstance(n.args[0], fx.Node):
+            last_item[n.args[0]] = k
+    reach, far = [], -1  # reach[k]: the last item of an op at or before position k
+    for n in order:
+        far = max(far, last_item.get(n, -1))
+        reach.append(far)
+    moved = []
+    for c in cuts:
+        while reach[c] > c:
+            c = reach[c]
+        moved.append(c)
+    return moved
+
+
 def _stages(order, cuts, last_fwd_use, backward, saved, free, forward, pinned) -> Linearization:
+    # What a cut carries and what is pinned is what the forward saves: tensors, so a
+    # multi-output op's items, never its tuple (torch's extractor would make a tuple a
+    # forward output, which Inductor's GraphLowering.output rejects).
+    cuts = _past_items(order, cuts)
+    pinned = _items(pinned)
+    kept = set(pinned)
     bounds = [-1] + cuts + [len(order) - 1]
     stage_of: dict[fx.Node, int] = {n: 1 for n in pinned}
     stages: list[Stage] = []
     for s, (lo, hi) in enumerate(zip(bounds, bounds[1:]), start=1):
-        members = order[lo + 1:hi + 1]
+        members = [n for n in order[lo + 1:hi + 1] if n not in kept]
         stage_of.update((n, s) for n in members)
-        boundary = [v for v in order[:hi + 1] if last_fwd_use.get(v, -1) > hi]
+        boundary = [v for v in order[:hi + 1] if last_fwd_use.get(v, -1) > hi and v not in kept]
         stages.append(Stage(s, members, [], boundary, [n for n in members if n in saved]))
     # Backward ops: the stage of the latest forward value they read, but never later
     # than the ops producing their inputs (gradients flow from stage L down to 1).

@@ -365,6 +365,9 @@ def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
 
 
 def _extract(ctx: _Context, saved: list[fx.Node], keep_unused: bool = False) -> tuple[fx.GraphModule, fx.GraphModule]:
+    tuples = [n.name for n in saved if is_multi_output(n)]
+    if tuples:  # torch's extractor would make them forward outputs, which Inductor rejects
+        raise AssertionError(f"fxremat bug: saved values {tuples} are tuples (multi-output ops): save their items")
     return _compat.extract_fwd_bwd_modules(
         ctx.joint, [n for n in saved if not _compat.is_sym_node(n)], [n for n in saved if _compat.is_sym_node(n)],
         num_fwd_outputs=ctx.num_fwd_outputs, static_lifetime_input_nodes=ctx.static_nodes, keep_unused=keep_unused)
