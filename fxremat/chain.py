@@ -52,23 +52,6 @@ class Linearization:
     stage_of: dict[fx.Node, int]
 
 
-def node_seconds(node: fx.Node) -> float:
-    """A rough roofline time for one op (CPU-like: 50 GFLOP/s, 10 GB/s), for stage costs."""
-    flops = 0
-    if isinstance(node.target, torch._ops.OpOverload):
-        from torch.utils.flop_counter import flop_registry
-
-        formula = flop_registry.get(node.target.overloadpacket)
-        if formula is not None:
-            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: a.meta.get("val"))
-            try:
-                flops = formula(*args, **kwargs, out_val=node.meta.get("val"))
-            except Exception:  # a formula that does not take this overload's arguments
-                flops = 0
-    moved = node_bytes(node) + sum(node_bytes(a) for a in node.all_input_nodes)
-    return max(flops / 50e9, moved / 10e9)
-
-
 def _is_pinned_rng(node: fx.Node) -> bool:
     """RNG ops whose recomputation would not reproduce their values."""
     if not oplib.is_random(node):

@@ -667,6 +667,19 @@ def estimate_graph(gm: fx.GraphModule, profile: DeviceProfile | str | None = Non
     return GraphEstimate(sum(k.seconds for k in kernels), kernels, profile.name)
 
 
+def node_costs(gm: fx.GraphModule, profile: DeviceProfile | str | None = None) -> dict[fx.Node, float]:
+    """Each op's share of ``estimate_graph``'s time: a kernel's time split evenly over
+    its ops (a fused pointwise chain costs one pass over memory, not one per op). Used
+    on a joint graph to cost Rotor's stages: a stage pays for the kernels it runs."""
+    profile = profile_for(profile)
+    inlined = inlined_constants(gm)
+    costs: dict[fx.Node, float] = {}
+    for group in kernel_groups(gm):
+        seconds = estimate_group(group, profile, inlined=inlined).seconds
+        costs.update((n, seconds / len(group)) for n in group)
+    return costs
+
+
 def estimate_step(fwd_gm: fx.GraphModule, bwd_gm: fx.GraphModule, profile: DeviceProfile | str | None = None,
                   **kwargs: Any) -> StepEstimate:
     """Estimated forward + backward time of a partitioned training step."""

