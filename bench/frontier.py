@@ -4,6 +4,7 @@
     python bench/frontier.py --quick              # CI smoke: 2 tiny models, few strategies
     python bench/frontier.py --device cuda --scale gpu
     python bench/frontier.py --summarize bench/results/cpu/frontier/frontier.json   # tables/plots again
+    python bench/frontier.py --models gpt2 --fx-match ckpt_blocks,pt_budget_0.1   # fxremat at peers' peaks
 
 For each model (``bench/frontier_models.py``) and strategy, ONE fresh subprocess builds the
 model (seed 0), applies the strategy, runs two warm-up steps (each timed: compile time), then
@@ -37,7 +38,20 @@ Strategies (all compiled ones with TorchInductor):
 - ``fxremat_B``: ``backend="fxremat", options={"memory_budget": B}`` (solver "auto"), B a
   fraction of fxremat's unconstrained plan; ``fxremat_<solver>_B`` for other solvers that
   ``fxremat.Options`` accepts (``--solvers``; one it rejects is recorded as skipped with
-  its message);
+  its message). A fraction applies to each compiled graph on its own: a model with a graph
+  break (Hugging Face GPT-2 computes its loss in a second, small graph) may have a graph that
+  cannot reach it, and then the whole model fails with ``BudgetError``;
+- ``fxremat_at_P`` (``--fx-match P,...``, default ``ckpt_blocks``): fxremat (solver "auto") at
+  a byte budget equal to peer P's measured peak for the same model (``peak_bytes``: above the
+  inputs, what fxremat's budget bounds; per graph, which a small loss graph meets easily), i.e.
+  at the memory of P. It runs once P is measured; if P did not run or failed it is recorded as
+  skipped with the reason. A P of the form ``pt_budget_B`` / ``ckpt_seq_S`` missing from its
+  sweep is added to it, and ``--strategies`` keeps the peer of every matched strategy it keeps;
+- ``fxremat_min`` (``--fx-min``, default on): fxremat (solver "auto") at its least feasible byte
+  budget: a first process runs at 1 byte and fails with a ``BudgetError`` naming the least
+  feasible budget (``Allowed: a budget of at least N bytes``) of the graph it could not plan; a
+  fresh process runs at N (and again at a larger N while a later graph asks for more). The
+  failed tries are in the row's ``budget_probes``;
 - ``rockmate`` (``--rockmate``): not run, see ROCKMATE_NOT_RUN; on CPU it errors.
 
 Compile time = wall time of the two warm-up steps minus two warm steps' median. Solve time =
@@ -46,10 +60,19 @@ the partitioner's own time, as Dynamo times it (``dynamo_timed``: PyTorch's
 ``partition``: classification, min-cut / Rotor, graph extraction and the predicted timeline;
 ``fxremat.Plan`` itself records no timing), summed over the compiled graphs.
 
+Byte-budget rows record the budget used (``budget_bytes``; the matched peer in ``match``); a
+fraction's bytes per graph are in ``fx_plans``.
+
 Writes ``frontier.csv``, ``frontier.json`` (metadata: machine, torch, date, threads, load
 average; every row with its error when it failed), ``summary.md`` and ``<model>.png`` (needs
 matplotlib; without it the plots are skipped with a note) into ``--out``
-(default ``bench/results/<device>/frontier/``).
+(default ``bench/results/<device>/frontier/``). The summary (``summary.md``; the same numbers in
+the JSON's ``summary``, each entry tagged with its ``table``): fxremat against its peers at 50%
+and 25% of ``torch.compile`` default's measured peak, and at budget 1.0 (``targets``); per model
+at the memory of per-block checkpointing (``at_ckpt_blocks``): ``ckpt_blocks``' measured peak
+and step time, ``fxremat_at_ckpt_blocks``' and their ratios, the fastest ``pt_budget`` run
+within ``ckpt_blocks``' peak, and ``fxremat_min``'s peak against ``ckpt_blocks``'; and every
+``fxremat_at_P`` beside P (``matched``).
 """
 
 from __future__ import annotations
@@ -65,6 +88,7 @@ import os
 import platform
 import queue
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -89,13 +113,14 @@ ROCKMATE_NOT_RUN = (
 )
 
 QUICK = dict(models=["mlp", "gpt2"], scale="tiny", pt_budgets=[0.5], fx_budgets=[1.0, 0.5], solver_budgets=[],
-             segments=[2], steps=3, rounds=2)
+             segments=[2], fx_match=["ckpt_blocks"], fx_min=True, steps=3, rounds=2)
 # The default run is sized for a shared 2-core CPU, where compiling dominates (0.5-2 min per
 # strategy and model): one point per peer sweep, fxremat's solvers other than "auto" at one
 # budget, and resnet101 (ResNet-101-like) left to --models (it compiles about twice as long
 # as resnet50). Widen with --pt-budgets, --segments, --fx-budgets, --solver-budgets.
 FULL = dict(models=["gpt2", "bert", "llama", "resnet50", "unet", "vit", "mlp"], scale="small",
-            pt_budgets=[0.5], fx_budgets=[1.0, 0.5, 0.25], solver_budgets=[0.5], segments=[2], steps=3, rounds=10)
+            pt_budgets=[0.5], fx_budgets=[1.0, 0.5, 0.25], solver_budgets=[0.5], segments=[2], fx_match=["ckpt_blocks"],
+            fx_min=True, steps=3, rounds=10)
 
 
 # =========================================================================================
@@ -104,22 +129,51 @@ FULL = dict(models=["gpt2", "bert", "llama", "resnet50", "unet", "vit", "mlp"], 
 
 
 def strategy_list(args) -> list[dict]:
+    pt_budgets, segments = list(args.pt_budgets), list(args.segments)
+    peers = []
+    for peer in args.fx_match:  # a peer named by --fx-match that its sweep lacks is added to it
+        if peer.startswith("pt_budget_") and _number(peer[len("pt_budget_"):], float) is not None:
+            b = float(peer[len("pt_budget_"):])
+            pt_budgets += [b] if b not in pt_budgets else []
+            peer = f"pt_budget_{b}"
+        elif peer.startswith("ckpt_seq_") and _number(peer[len("ckpt_seq_"):], int) is not None:
+            s = int(peer[len("ckpt_seq_"):])
+            segments += [s] if s not in segments else []
+            peer = f"ckpt_seq_{s}"
+        peers += [peer] if peer not in peers else []
     out = [{"name": "eager", "kind": "eager"}, {"name": "inductor", "kind": "inductor"}]
-    out += [{"name": f"pt_budget_{b}", "kind": "pt_budget", "budget": b} for b in args.pt_budgets]
+    out += [{"name": f"pt_budget_{b}", "kind": "pt_budget", "budget": b} for b in pt_budgets]
     out.append({"name": "ckpt_blocks", "kind": "ckpt_blocks"})
-    out += [{"name": f"ckpt_seq_{s}", "kind": "ckpt_seq", "segments": s} for s in args.segments]
+    out += [{"name": f"ckpt_seq_{s}", "kind": "ckpt_seq", "segments": s} for s in segments]
     out.append({"name": "sac_mm", "kind": "sac_mm"})
     for solver in args.solvers:
         prefix = "fxremat" if solver == "auto" else f"fxremat_{solver}"
         budgets = args.fx_budgets if solver == "auto" else args.solver_budgets
         out += [{"name": f"{prefix}_{b}", "kind": "fxremat", "budget": b, "solver": solver}
                 for b in sorted(budgets, reverse=True)]
+    names = [s["name"] for s in out]
+    for peer in peers:
+        if peer not in names or peer.startswith("fxremat"):
+            raise ValueError(f"--fx-match {peer}: not a peer strategy of this run (one of "
+                             f"{', '.join(n for n in names if not n.startswith('fxremat'))})")
+        out.append({"name": f"fxremat_at_{peer}", "kind": "fxremat", "budget": None, "solver": "auto", "match": peer})
+    if args.fx_min:
+        out.append({"name": "fxremat_min", "kind": "fxremat", "budget": None, "solver": "auto", "least": True})
     if args.rockmate:
         out.append({"name": "rockmate", "kind": "rockmate"})
     if args.strategies:
         wanted = set(args.strategies)
-        out = [s for s in out if s["name"] in wanted or s["kind"] in wanted or _family(s) in wanted]
+        kept = [s for s in out if s["name"] in wanted or s["kind"] in wanted or _family(s) in wanted]
+        wanted |= {s["match"] for s in kept if s.get("match")}  # a matched strategy brings its peer
+        out = [s for s in out if s in kept or s["name"] in wanted]
     return out
+
+
+def _number(text: str, kind):
+    try:
+        return kind(text)
+    except ValueError:
+        return None
 
 
 def _family(row: dict) -> str:
@@ -268,7 +322,10 @@ def _build(spec: dict, strategy: dict):
     if kind == "eager":
         fn = model
     elif kind == "fxremat":
-        options = {"memory_budget": float(strategy["budget"]), "solver": strategy.get("solver", "auto")}
+        # bytes (a peer's measured peak, or the least feasible budget) or a fraction
+        budget = (int(strategy["budget_bytes"]) if strategy.get("budget_bytes") is not None
+                  else float(strategy["budget"]))
+        options = {"memory_budget": budget, "solver": strategy.get("solver", "auto")}
         fn = torch.compile(model, backend="fxremat", options=options)
     elif kind == "rockmate":
         raise RuntimeError(rockmate_error(spec["device"]))
@@ -524,9 +581,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", default=None, help="comma list (default: all; --quick: mlp,gpt2)")
     parser.add_argument("--strategies", default=None,
                         help="comma list of strategy names or kinds (eager, inductor, pt_budget, ckpt_blocks, "
-                             "ckpt_seq, sac_mm, fxremat, rockmate); default all")
+                             "ckpt_seq, sac_mm, fxremat, rockmate; names such as fxremat_1.0, fxremat_at_ckpt_blocks, "
+                             "fxremat_min); kind fxremat takes every fxremat strategy; a matched strategy brings "
+                             "its peer; default all")
     parser.add_argument("--pt-budgets", default=None, help="PyTorch activation_memory_budget values")
     parser.add_argument("--fx-budgets", default=None, help="fxremat memory_budget fractions")
+    parser.add_argument("--fx-match", default=None, metavar="PEERS",
+                        help="comma list of peer strategies (ckpt_blocks, pt_budget_B, ...): for each, fxremat_at_PEER "
+                             "runs fxremat (solver auto) at a byte budget equal to that peer's measured peak "
+                             "(default: ckpt_blocks; 'none': no matched runs)")
+    parser.add_argument("--fx-min", action=argparse.BooleanOptionalAction, default=None,
+                        help="fxremat_min: fxremat (solver auto) at its least feasible byte budget (default: on; "
+                             "--no-fx-min: off)")
     parser.add_argument("--solvers", default="auto,checkmate,twremat",
                         help="fxremat solvers; those fxremat.Options rejects are recorded as skipped")
     parser.add_argument("--solver-budgets", default=None,
@@ -560,6 +626,9 @@ def main(argv: list[str] | None = None) -> None:
     args.models = args.models.split(",") if args.models else list(preset["models"])
     args.pt_budgets = [float(b) for b in args.pt_budgets.split(",")] if args.pt_budgets else preset["pt_budgets"]
     args.fx_budgets = [float(b) for b in args.fx_budgets.split(",")] if args.fx_budgets else preset["fx_budgets"]
+    args.fx_match = (preset["fx_match"] if args.fx_match is None else
+                     [] if args.fx_match.strip().lower() in ("", "none") else args.fx_match.split(","))
+    args.fx_min = preset["fx_min"] if args.fx_min is None else args.fx_min
     args.segments = [int(s) for s in args.segments.split(",")] if args.segments else preset["segments"]
     args.solvers = args.solvers.split(",")
     args.solver_budgets = ([float(b) for b in args.solver_budgets.split(",")] if args.solver_budgets
@@ -599,7 +668,10 @@ def main(argv: list[str] | None = None) -> None:
                        "or FxrematPartitioner), summed over compiled graphs; fxremat.Plan records no timing",
         },
     }
-    strategies = strategy_list(args)
+    try:
+        strategies = strategy_list(args)
+    except ValueError as err:
+        parser.error(str(err))
     data = {"meta": meta, "rows": []}
     shared_cache = tempfile.mkdtemp(prefix="frontier-inductor-cache-")
     print(f"frontier: {len(args.models)} models x {len(strategies)} strategies, scale {args.scale}, "
@@ -618,6 +690,17 @@ def main(argv: list[str] | None = None) -> None:
     write_outputs(data, out_dir)
     print(f"done in {meta['wall_s']:.0f} s -> {out_dir}", flush=True)
     del fxremat
+
+
+LEAST_PROBE_BYTES = 1  # fxremat_min's first budget: below any plan, so the BudgetError names the least one
+LEAST_MAX_PROBES = 5
+_LEAST = re.compile(r"Allowed: a budget of at least (\d+) bytes")
+
+
+def least_budget_bytes(error: str | None) -> int | None:
+    """The least feasible budget a BudgetError names (``Allowed: a budget of at least N bytes``)."""
+    found = _LEAST.findall(error or "") if (error or "").startswith("BudgetError") else []
+    return int(found[-1]) if found else None
 
 
 def _skip_reason(model_name: str, strategy: dict, args) -> str | None:
@@ -647,25 +730,34 @@ def run_model(model_name: str, strategies: list[dict], args, shared_cache: str) 
         error = f"{type(err).__name__}: {err}"
         print(f"{model_name}: cannot build: {error}", flush=True)
         return [dict(base, name=s["name"], kind=s["kind"], budget=s.get("budget"), segments=s.get("segments"),
-                     solver=s.get("solver"), status="failed", error=error) for s in strategies]
+                     solver=s.get("solver"), status="failed", error=error,
+                     **{k: s[k] for k in ("match", "least") if s.get(k)}) for s in strategies]
     pending, rows = [], []
+    done: dict[str, threading.Event] = {}  # set once a row's status is final (matched strategies wait on their peer)
     for strategy in strategies:
         row = dict(base, name=strategy["name"], kind=strategy["kind"], budget=strategy.get("budget"),
                    segments=strategy.get("segments"), solver=strategy.get("solver"))
+        if strategy.get("match"):
+            row["match"] = strategy["match"]
+        if strategy.get("least"):
+            row["least"] = True
         rows.append(row)
+        done[row["name"]] = threading.Event()
         reason = _skip_reason(model_name, strategy, args)
         if reason:
             row.update(status="skipped", error=reason)
+            done[row["name"]].set()
             print(f"{model_name:10s} {strategy['name']:22s} skipped: {reason[:100]}", flush=True)
             continue
         spec = {"model": model_name, "scale": args.scale, "device": args.device, "dtype": args.dtype,
                 "threads": args.threads, "warmup": args.warmup, "steps": args.steps, "strategy": strategy}
         pending.append((row, spec))
+    by_name = {r["name"]: r for r in rows}
 
     children: dict[str, tuple[Child, str]] = {}  # live processes, for the interleaved timing rounds
     lock = threading.Lock()
 
-    def measure(row: dict, spec: dict) -> None:
+    def measure(row: dict, spec: dict, probe: bool = False) -> None:
         cache = shared_cache if args.cache == "shared" else tempfile.mkdtemp(prefix="frontier-inductor-cache-")
         child = Child(spec, args, cache)
         message, error = child.receive(args.timeout)
@@ -689,21 +781,72 @@ def run_model(model_name: str, strategies: list[dict], args, shared_cache: str) 
         if row["status"] == "ok":
             print(f"{model_name:10s} {name:22s} peak {row['peak_bytes'] / MIB:8.2f} MiB  step {row['step_ms']:8.2f} ms  "
                   f"compile {row['compile_s']:6.1f} s  solve {_fmt(row['solve_s'], '.3f')} s  ({wall:.0f} s)", flush=True)
+        elif probe and least_budget_bytes(row["error"]) is not None:
+            print(f"{model_name:10s} {name:22s} probe at {spec['strategy']['budget_bytes']} bytes: least feasible "
+                  f"{least_budget_bytes(row['error'])} bytes ({wall:.0f} s)", flush=True)
         else:
             print(f"{model_name:10s} {name:22s} {row['status']}: {row['error'][:160]!r}", flush=True)
+
+    def measure_matched(row: dict, spec: dict) -> None:
+        """fxremat at a byte budget equal to the peer's measured peak (above inputs, as the budget)."""
+        peer = by_name.get(row["match"])
+        if peer is None:
+            row.update(status="skipped", error=f"peer {row['match']} is not among this run's strategies")
+        else:
+            done[peer["name"]].wait()
+            if peer["status"] != "ok":
+                row.update(status="skipped", error=f"peer {peer['name']} has no measured peak ({peer['status']}: "
+                                                   f"{_first_line(peer.get('error'))[:300]})")
+        if row.get("status") == "skipped":
+            print(f"{model_name:10s} {row['name']:22s} skipped: {row['error'][:100]}", flush=True)
+            return
+        row["budget_bytes"] = row["match_peak_bytes"] = int(peer["peak_bytes"])
+        measure(row, dict(spec, strategy=dict(spec["strategy"], budget_bytes=row["budget_bytes"])))
+
+    def measure_least(row: dict, spec: dict) -> None:
+        """fxremat at its least feasible byte budget: a run at LEAST_PROBE_BYTES fails with a
+        BudgetError naming the least feasible budget of the graph it could not plan; run again at
+        that budget, and again while a later graph (a loss after a graph break) asks for more."""
+        budget, probes = LEAST_PROBE_BYTES, []
+        for _ in range(LEAST_MAX_PROBES):
+            for key in ("status", "error"):
+                row.pop(key, None)
+            row["budget_bytes"] = budget
+            measure(row, dict(spec, strategy=dict(spec["strategy"], budget_bytes=budget)), probe=True)
+            least = least_budget_bytes(row.get("error")) if row["status"] == "failed" else None
+            if least is None or least <= budget:
+                break
+            probes.append({"budget_bytes": budget, "least_bytes": least, "wall_s": row["wall_s"],
+                           "error": _first_line(row["error"])[:500]})
+            budget = least
+        row["budget_probes"] = probes
+
+    def run(row: dict, spec: dict) -> None:
+        try:
+            if row.get("match"):
+                measure_matched(row, spec)
+            elif row.get("least"):
+                measure_least(row, spec)
+            else:
+                measure(row, spec)
+        finally:
+            done[row["name"]].set()
 
     try:
         # eager and torch.compile default first, alone: the default's kernels fill the Inductor
         # cache that the other strategies mostly share, so they are not compiled twice at once.
         first = [pair for pair in pending if pair[0]["kind"] in ("eager", "inductor")]
         for pair in first:
-            measure(*pair)
+            run(*pair)
         # One fxremat solver's budgets run in turn, highest first: once one is below the least-memory
-        # plan (BudgetError), the lower ones are recorded as skipped instead of compiled.
+        # plan (BudgetError), the lower ones are recorded as skipped instead of compiled. Byte budgets
+        # (matched to a peer, the least feasible one) are chains of their own.
         chains: dict[str, list] = {}
         for pair in pending:
             if pair not in first:
-                key = f"fxremat:{pair[0]['solver']}" if pair[0]["kind"] == "fxremat" else pair[0]["name"]
+                row = pair[0]
+                fraction = row["kind"] == "fxremat" and row.get("budget") is not None
+                key = f"fxremat:{row['solver']}" if fraction else row["name"]
                 chains.setdefault(key, []).append(pair)
 
         def run_chain(chain: list) -> None:
@@ -712,13 +855,16 @@ def run_model(model_name: str, strategies: list[dict], args, shared_cache: str) 
                 if infeasible is not None:
                     row.update(status="skipped", error=f"not compiled: budget {infeasible['budget']} already "
                                                        f"failed with BudgetError: {_first_line(infeasible['error'])}")
+                    done[row["name"]].set()
                     print(f"{model_name:10s} {row['name']:22s} skipped (a higher budget was infeasible)", flush=True)
                     continue
-                measure(row, spec)
+                run(row, spec)
                 if row["status"] == "failed" and row["error"].startswith("BudgetError"):
                     infeasible = row
 
-        order = sorted(chains.values(), key=len, reverse=True)  # long chains start first
+        # Long chains start first; the matched strategies last, so that every peer has started
+        # (the pool takes tasks in order) before one of them waits for its peer's peak.
+        order = sorted(chains.values(), key=lambda c: (bool(c[0][0].get("match")), -len(c)))
         with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
             list(pool.map(run_chain, order))
         interleave(model_name, rows, children, args)
@@ -779,7 +925,8 @@ def _fmt(x, spec: str) -> str:
 # Outputs: CSV, JSON, summary, plots
 # =========================================================================================
 
-CSV_FIELDS = ["model", "name", "kind", "budget", "segments", "solver", "status", "peak_mib", "rss_peak_mib",
+CSV_FIELDS = ["model", "name", "kind", "budget", "budget_bytes", "match", "segments", "solver", "status", "peak_mib",
+              "rss_peak_mib",
               "baseline_mib", "step_ms", "step_ms_source", "step_ms_isolated", "step_ms_interleaved", "compile_s",
               "solve_s", "fx_solve_s", "partitions", "fx_solvers", "fx_budget_mib", "fx_predicted_peak_mib", "fx_recomputed_ops",
               "loss", "loss_rel_diff_vs_eager", "wall_s", "error"]
@@ -839,7 +986,9 @@ def _point(r):
 
 def summarize(rows: list[dict]) -> list[dict]:
     """Per model: fxremat against its peers at 50% and 25% of torch.compile default's measured peak,
-    and fxremat at budget 1.0 against torch.compile default. Every figure is a row's field.
+    and fxremat at budget 1.0 against torch.compile default (entries with ``table`` "targets");
+    then ``summarize_at_ckpt_blocks`` per model and ``summarize_matched``. Every figure is a
+    row's field.
 
     At a target T: fxremat's point = its fastest run with measured peak <= T (any solver);
     ``peer`` = the fastest peer (every other strategy) with measured peak <= T, ``ratio`` =
@@ -889,6 +1038,101 @@ def summarize(rows: list[dict]) -> list[dict]:
         else:
             entry["note"] = "fxremat at budget 1.0 failed or was not run"
         out.append(entry)
+    for e in out:
+        e["table"] = "targets"
+    for model in dict.fromkeys(r["model"] for r in rows):
+        entry = summarize_at_ckpt_blocks([r for r in rows if r["model"] == model])
+        if entry:
+            out.append(entry)
+    out += summarize_matched(rows)
+    return out
+
+
+def _fx_point(r):
+    return dict(_point(r), budget_bytes=r.get("budget_bytes"))
+
+
+def _why_not(r: dict | None) -> str:
+    if r is None:
+        return "not run"
+    least = least_budget_bytes(r.get("error"))
+    if least is not None:
+        asked = f" at {r['budget_bytes'] / MIB:.2f} MiB" if r.get("budget_bytes") is not None else ""
+        return f"{r['status']}: BudgetError{asked}: its least feasible budget is {least / MIB:.2f} MiB ({least} bytes)"
+    return f"{r['status']}: {_first_line(r.get('error'))[:300]}"
+
+
+def summarize_at_ckpt_blocks(rows: list[dict]) -> dict | None:
+    """One model, at the memory of per-block checkpointing (``ckpt_blocks``): fxremat at a byte
+    budget equal to its measured peak (``fxremat_at_ckpt_blocks``), the fastest PyTorch
+    ``activation_memory_budget`` run whose measured peak is within it, and fxremat's lowest
+    measured peak (``fxremat_min``, its least feasible budget); and the fastest fxremat run of any
+    budget whose measured peak is within ``ckpt_blocks``' (``fxremat_within``: the budget bounds
+    fxremat's *predicted* peak, which may be above or below what is measured). Ratios: fxremat's
+    step time (or peak) ÷ the other's. None when the model has no ``ckpt_blocks``, ``fxremat_at_ckpt_blocks``
+    or ``fxremat_min`` row."""
+    by_name = {r["name"]: r for r in rows}
+    ckpt, at, least = by_name.get("ckpt_blocks"), by_name.get("fxremat_at_ckpt_blocks"), by_name.get("fxremat_min")
+    if ckpt is None or (at is None and least is None):
+        return None
+    entry: dict[str, Any] = {"table": "at_ckpt_blocks", "model": rows[0]["model"]}
+    notes = []
+    if ckpt["status"] != "ok":
+        entry["ckpt_blocks"] = None
+        notes.append(f"ckpt_blocks {_why_not(ckpt)}")
+    else:
+        entry["ckpt_blocks"] = _point(ckpt)
+    ok_ckpt = entry["ckpt_blocks"] is not None
+    if at is not None and at["status"] == "ok":
+        entry["fxremat_at"] = _fx_point(at)
+        if ok_ckpt:
+            entry["ratio"] = at["step_ms"] / ckpt["step_ms"]
+            entry["peak_ratio"] = at["peak_bytes"] / ckpt["peak_bytes"]
+    else:
+        entry["fxremat_at"] = None
+        notes.append(f"fxremat_at_ckpt_blocks {_why_not(at)}")
+    pt = [r for r in rows if r["kind"] == "pt_budget" and r["status"] == "ok"]
+    if ok_ckpt:  # matching by budget relies on the predicted peak; this is what was measured
+        best_fx = _best([r for r in rows if r["kind"] == "fxremat" and r["status"] == "ok"], ckpt["peak_bytes"])
+        entry["fxremat_within"] = _fx_point(best_fx) if best_fx else None
+        if best_fx:
+            entry["within_ratio"] = best_fx["step_ms"] / ckpt["step_ms"]
+        best_pt = _best(pt, ckpt["peak_bytes"])
+        entry["pt_budget"] = _point(best_pt) if best_pt else None
+        if best_pt and entry["fxremat_at"]:
+            entry["pt_ratio"] = at["step_ms"] / best_pt["step_ms"]
+        if not best_pt:
+            low = min(pt, key=lambda r: r["peak_bytes"]) if pt else None
+            notes.append("no pt_budget run within ckpt_blocks' peak" +
+                         (f" (lowest: {low['name']} at {low['peak_bytes'] / MIB:.2f} MiB)" if low else " (none ran)"))
+    if least is not None and least["status"] == "ok":
+        entry["fxremat_min"] = _fx_point(least)
+        if ok_ckpt:
+            entry["min_peak_ratio"] = least["peak_bytes"] / ckpt["peak_bytes"]
+            entry["min_ratio"] = least["step_ms"] / ckpt["step_ms"]
+    else:
+        entry["fxremat_min"] = None
+        notes.append(f"fxremat_min {_why_not(least)}")
+    entry["note"] = "; ".join(notes) or None
+    return entry
+
+
+def summarize_matched(rows: list[dict]) -> list[dict]:
+    """Every ``fxremat_at_<peer>`` row beside its peer: equal budget, measured peaks and step times."""
+    out = []
+    by_key = {(r["model"], r["name"]): r for r in rows}
+    for r in rows:
+        if not r.get("match"):
+            continue
+        peer = by_key.get((r["model"], r["match"]))
+        entry: dict[str, Any] = {"table": "matched", "model": r["model"], "name": r["name"], "peer_name": r["match"],
+                                 "peer": _point(peer) if peer and peer["status"] == "ok" else None,
+                                 "fxremat": _fx_point(r) if r["status"] == "ok" else None}
+        if entry["peer"] and entry["fxremat"]:
+            entry["ratio"] = r["step_ms"] / peer["step_ms"]
+            entry["peak_ratio"] = r["peak_bytes"] / peer["peak_bytes"]
+        entry["note"] = None if entry["fxremat"] else _why_not(r)
+        out.append(entry)
     return out
 
 
@@ -918,7 +1162,8 @@ def summary_markdown(data: dict) -> str:
         "| model | target (MiB) | fxremat | best peer ≤ target | ÷ | best peer ≥ fxremat's memory | ÷ |",
         "|---|---|---|---|---:|---|---:|",
     ]
-    for e in data["summary"]:
+    targets = [e for e in data["summary"] if e.get("table", "targets") == "targets"]
+    for e in targets:
         if e.get("target") is None:
             lines.append(f"| {e['model']} | - | - | - | - | - | {e['note']} |")
             continue
@@ -935,10 +1180,12 @@ def summary_markdown(data: dict) -> str:
         more = _cell(e.get("peer_more")) if e.get("fxremat") else "-"
         lines.append(f"| {e['model']} | {e['target']:.0%}: {e['target_bytes'] / MIB:.2f} | {fx_cell} | {peer} | "
                      f"{ratio} | {more} | {ratio_more} |")
-    notes = [e for e in data["summary"] if e.get("note") and e.get("target") not in (None, 1.0)]
+    notes = [e for e in targets if e.get("note") and e.get("target") not in (None, 1.0)]
     if notes:
         lines += ["", "Lowest measured peaks where a side does not reach a target:", ""]
         lines += [f"- {e['model']} {e['target']:.0%}: {e['note']}" for e in notes]
+    lines += _at_ckpt_blocks_markdown([e for e in data["summary"] if e.get("table") == "at_ckpt_blocks"])
+    lines += _matched_markdown([e for e in data["summary"] if e.get("table") == "matched"])
     failed = [r for r in data["rows"] if r["status"] != "ok"]
     if failed:
         lines += ["", "Not measured (status, reason):", ""]
@@ -946,6 +1193,69 @@ def summary_markdown(data: dict) -> str:
             lines.append(f"- {r['model']} / {r['name']}: {r['status']} — {_first_line(r.get('error'))[:300]}")
     lines += ["", f"Rockmate: {meta['rockmate']}", ""]
     return "\n".join(lines)
+
+
+def _ratio(x, bold: bool = False, digits: int = 2) -> str:
+    if x is None:
+        return "-"
+    return f"**{x:.{digits}f}**" if bold else f"{x:.{digits}f}"
+
+
+def _budget_cell(point: dict | None) -> str:
+    if not point:
+        return "none"
+    budget = point.get("budget_bytes")
+    return _cell(point) + (f" (budget {budget / MIB:.2f} MiB)" if budget is not None else "")
+
+
+def _at_ckpt_blocks_markdown(entries: list[dict]) -> list[str]:
+    if not entries:
+        return []
+    lines = [
+        "", "## At the memory of per-block checkpointing", "",
+        "`ckpt_blocks`: `torch.utils.checkpoint` around every block. `fxremat_at_ckpt_blocks`: fxremat (solver "
+        "auto) at a byte budget equal to `ckpt_blocks`' measured peak (above inputs, the quantity fxremat's budget "
+        "bounds; applied per compiled graph). *PyTorch budget*: the fastest `pt_budget_B` run whose measured peak "
+        "is at most `ckpt_blocks`'. `fxremat_min`: fxremat at its least feasible byte budget. ÷: fxremat's step "
+        "time (or measured peak) ÷ the other's: a time ratio below 1 is fxremat faster, a peak ratio above 1 is "
+        "fxremat over the memory it was matched to. The ÷ after the PyTorch budget: `fxremat_at_ckpt_blocks`' "
+        "step time ÷ that run's. fxremat's budget bounds its *predicted* peak, which may be above or below the "
+        "measured one, so the last columns give the fastest fxremat run of any budget whose *measured* peak is "
+        "at most `ckpt_blocks`'.", "",
+        "| model | ckpt_blocks | fxremat_at_ckpt_blocks | ÷ time | ÷ peak | PyTorch budget ≤ ckpt_blocks' peak | "
+        "÷ time | fxremat_min | ÷ peak | ÷ time | fastest fxremat ≤ ckpt_blocks' peak | ÷ time |",
+        "|---|---|---|---:|---:|---|---:|---|---:|---:|---|---:|",
+    ]
+    for e in entries:
+        pt = _cell(e.get("pt_budget")) if e.get("pt_budget") else ("none within it" if e.get("ckpt_blocks") else "-")
+        within = (_cell(e.get("fxremat_within")) if e.get("fxremat_within")
+                  else "none within it" if e.get("ckpt_blocks") else "-")
+        lines.append(
+            f"| {e['model']} | {_cell(e.get('ckpt_blocks')) if e.get('ckpt_blocks') else 'failed'} "
+            f"| {_budget_cell(e.get('fxremat_at')) if e.get('fxremat_at') else 'failed'} "
+            f"| {_ratio(e.get('ratio'), bold=True)} | {_ratio(e.get('peak_ratio'), digits=3)} | {pt} | {_ratio(e.get('pt_ratio'))} "
+            f"| {_budget_cell(e.get('fxremat_min')) if e.get('fxremat_min') else 'failed'} "
+            f"| {_ratio(e.get('min_peak_ratio'), bold=True, digits=3)} | {_ratio(e.get('min_ratio'))} "
+            f"| {within} | {_ratio(e.get('within_ratio'), bold=True)} |")
+    notes = [e for e in entries if e.get("note")]
+    if notes:
+        lines += ["", "Not in the table:", ""] + [f"- {e['model']}: {e['note']}" for e in notes]
+    return lines
+
+
+def _matched_markdown(entries: list[dict]) -> list[str]:
+    if not entries:
+        return []
+    lines = ["", "## fxremat at a peer's measured peak", "",
+             "`fxremat_at_<peer>`: fxremat (solver auto) with `memory_budget` = the peer's measured peak in bytes. "
+             "÷: fxremat's step time (measured peak) ÷ the peer's.", "",
+             "| model | peer | fxremat at its peak | ÷ time | ÷ peak |", "|---|---|---|---:|---:|"]
+    for e in entries:
+        fx = (_budget_cell(e["fxremat"]) if e.get("fxremat")
+              else f"{e['name']}: {(e.get('note') or '')[:300]}".replace("|", "\\|"))
+        peer = _cell(e["peer"]) if e.get("peer") else f"{e['peer_name']}: not measured"
+        lines.append(f"| {e['model']} | {peer} | {fx} | {_ratio(e.get('ratio'), bold=True)} | {_ratio(e.get('peak_ratio'), digits=3)} |")
+    return lines
 
 
 STYLE = {  # family -> (marker, colour, label)
@@ -988,7 +1298,8 @@ def write_plots(data: dict, out_dir: str) -> None:
                     markersize=9 if marker == "*" else 6)
             for r, x, y in zip(members, xs, ys):
                 tag = (f"{r['budget']:g}" if r.get("budget") is not None
-                       else f"s={r['segments']}" if r.get("segments") else None)
+                       else f"s={r['segments']}" if r.get("segments")
+                       else f"@{r['match']}" if r.get("match") else "min" if r.get("least") else None)
                 if tag:
                     ax.annotate(tag, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=colour)
         default = next((r for r in ok if r["name"] == "inductor"), None)

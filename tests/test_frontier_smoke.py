@@ -1,5 +1,7 @@
 """Smoke test of the benchmark frontier (bench/frontier.py): its quick mode on one tiny model
-with two strategies (eager, fxremat at budget 1.0), written to a temporary folder."""
+with eager, fxremat at budget 1.0, fxremat at the measured peak of per-block checkpointing
+(which brings ckpt_blocks along) and fxremat at its least feasible budget, written to a
+temporary folder; then its summary and strategy list on made-up rows, without running."""
 
 import csv
 import json
@@ -15,13 +17,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.mark.inductor
 def test_frontier_quick_writes_rows(tmp_path):
     cmd = [sys.executable, os.path.join(ROOT, "bench", "frontier.py"), "--quick", "--models", "mlp",
-           "--strategies", "eager,fxremat_1.0", "--steps", "2", "--rounds", "1", "--out", str(tmp_path)]
+           "--strategies", "eager,fxremat_1.0,fxremat_at_ckpt_blocks,fxremat_min", "--steps", "2", "--rounds", "1",
+           "--out", str(tmp_path)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
 
     data = json.loads((tmp_path / "frontier.json").read_text())
     rows = {r["name"]: r for r in data["rows"]}
-    assert set(rows) == {"eager", "fxremat_1.0"}
+    names = {"eager", "fxremat_1.0", "ckpt_blocks", "fxremat_at_ckpt_blocks", "fxremat_min"}
+    assert set(rows) == names
+    at = rows.pop("fxremat_at_ckpt_blocks")
     for row in rows.values():
         assert row["status"] == "ok", row.get("error")
         assert row["peak_bytes"] > 0
@@ -29,11 +34,97 @@ def test_frontier_quick_writes_rows(tmp_path):
     fx = rows["fxremat_1.0"]
     assert fx["partitions"] >= 1 and fx["solve_s"] > 0  # the partitioner ran and was timed
     assert fx["fx_plans"][0]["predicted_peak_bytes"] > 0
+    # matched: a byte budget equal to ckpt_blocks' measured peak, which every plan's prediction meets,
+    # or a BudgetError naming a larger least feasible budget (the planner's verdict, not the bench's)
+    assert at["budget_bytes"] == rows["ckpt_blocks"]["peak_bytes"] == at["match_peak_bytes"]
+    if at["status"] == "ok":
+        assert all(p["budget_bytes"] == at["budget_bytes"] >= p["predicted_peak_bytes"] for p in at["fx_plans"])
+    else:
+        assert frontier_least(at["error"]) > at["budget_bytes"], at["error"]
+    # least: the 1-byte probe failed and named the budget the measured run used
+    least = rows["fxremat_min"]
+    assert least["budget_probes"][0]["budget_bytes"] == 1
+    assert least["budget_bytes"] == least["budget_probes"][-1]["least_bytes"] > 1
+    entry = next(e for e in data["summary"] if e["table"] == "at_ckpt_blocks")
+    assert entry["fxremat_min"]["budget_bytes"] == least["budget_bytes"]
+    assert (entry["fxremat_at"] or {}).get("budget_bytes", at["budget_bytes"]) == at["budget_bytes"]
     meta = data["meta"]
     assert meta["threads"] == 1 and meta["machine"]["torch"] and len(meta["loadavg_start"]) == 3
 
     with open(tmp_path / "frontier.csv", newline="") as f:
         table = {r["name"]: r for r in csv.DictReader(f)}
-    assert set(table) == {"eager", "fxremat_1.0"}
-    assert all(float(r["peak_mib"]) > 0 for r in table.values())
+    assert set(table) == names
+    assert int(table["fxremat_min"]["budget_bytes"]) == least["budget_bytes"]
+    assert all(float(r["peak_mib"]) > 0 for r in table.values() if r["status"] == "ok")
     assert (tmp_path / "summary.md").exists()
+
+
+def frontier_least(error):
+    return _frontier().least_budget_bytes(error)
+
+
+def _frontier():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("frontier_bench", os.path.join(ROOT, "bench", "frontier.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_least_budget_bytes_from_budget_error():
+    frontier = _frontier()
+    error = ("BudgetError: fxremat: memory_budget=1 B (1 B) is below the minimum feasible budget for graph g0: "
+             "the least-memory rotor plan (12 stages) predicts 1.50 MiB. Allowed: a budget of at least 1572864 "
+             "bytes. [exit 1]")
+    assert frontier.least_budget_bytes(error) == 1572864
+    assert frontier.least_budget_bytes("RuntimeError: Allowed: a budget of at least 5 bytes") is None
+    assert frontier.least_budget_bytes(None) is None
+
+
+def test_summary_at_the_memory_of_per_block_checkpointing():
+    frontier = _frontier()
+    MIB = 2**20
+
+    def row(name, kind, peak, ms, **extra):
+        return dict(model="m", name=name, kind=kind, status="ok", peak_bytes=peak * MIB, step_ms=ms, **extra)
+
+    rows = [row("inductor", "inductor", 20, 100), row("ckpt_blocks", "ckpt_blocks", 10, 130),
+            row("pt_budget_0.5", "pt_budget", 12, 110, budget=0.5), row("pt_budget_0.1", "pt_budget", 9, 150, budget=0.1),
+            row("fxremat_1.0", "fxremat", 20, 95, budget=1.0, solver="auto"),
+            row("fxremat_at_ckpt_blocks", "fxremat", 10, 117, solver="auto", match="ckpt_blocks",
+                budget_bytes=10 * MIB),
+            row("fxremat_min", "fxremat", 6, 160, solver="auto", least=True, budget_bytes=6 * MIB),
+            dict(model="m", name="fxremat_at_pt_budget_0.5", kind="fxremat", status="failed", match="pt_budget_0.5",
+                 error="BudgetError: too small")]
+    summary = frontier.summarize(rows)
+    at = [e for e in summary if e["table"] == "at_ckpt_blocks"]
+    assert len(at) == 1
+    e = at[0]
+    assert e["ckpt_blocks"]["step_ms"] == 130 and e["fxremat_at"]["budget_bytes"] == 10 * MIB
+    assert abs(e["ratio"] - 0.9) < 1e-12 and e["peak_ratio"] == 1.0
+    assert e["pt_budget"]["name"] == "pt_budget_0.1" and abs(e["pt_ratio"] - 117 / 150) < 1e-12
+    assert e["fxremat_min"]["peak_bytes"] == 6 * MIB and abs(e["min_peak_ratio"] - 0.6) < 1e-12
+    matched = {e["name"]: e for e in summary if e["table"] == "matched"}
+    assert matched["fxremat_at_ckpt_blocks"]["ratio"] == e["ratio"]
+    assert matched["fxremat_at_pt_budget_0.5"]["fxremat"] is None
+    assert "BudgetError" in matched["fxremat_at_pt_budget_0.5"]["note"]
+    assert {e["table"] for e in summary} == {"targets", "at_ckpt_blocks", "matched"}
+    meta = {"device": "cpu", "scale": "tiny", "command": "x", "date": "d", "threads": 1, "rounds": 1, "steps": 1,
+            "loadavg_start": [0.0, 0.0, 0.0], "rockmate": "-", "machine": {"cpu": "c", "cpu_count": 2, "torch": "t"}}
+    text = frontier.summary_markdown({"meta": meta, "rows": rows, "summary": summary})
+    assert "## At the memory of per-block checkpointing" in text and "**0.90**" in text and "1.000" in text
+
+
+def test_matched_strategies_and_their_peers():
+    import argparse
+
+    frontier = _frontier()
+    args = argparse.Namespace(pt_budgets=[0.5], segments=[2], fx_budgets=[1.0], solver_budgets=[], solvers=["auto"],
+                              fx_match=["ckpt_blocks", "pt_budget_0.1"], fx_min=True, rockmate=False,
+                              strategies=["inductor", "fxremat_at_ckpt_blocks", "fxremat_at_pt_budget_0.1"])
+    names = [s["name"] for s in frontier.strategy_list(args)]
+    assert names == ["inductor", "pt_budget_0.1", "ckpt_blocks", "fxremat_at_ckpt_blocks", "fxremat_at_pt_budget_0.1"]
+    args.fx_match = ["sac_mmm"]
+    with pytest.raises(ValueError):
+        frontier.strategy_list(args)
