@@ -409,6 +409,7 @@ _Candidate = tuple  # (sequence: list[rotor.Op], makespan: float, kept: list[fx.
 MAX_STAGES = {"rotor": 64, "rotor_exact": 24, "checkmate": 16, "twremat": 32}
 CHECKMATE_ILP_MAX_STAGES = MAX_STAGES["checkmate"]  # the merge gets there unless it cannot
 CHECKMATE_TIME_LIMIT = 20.0  # seconds per ILP solve; stopping early is noted in the plan
+LEAST_LADDER = 4  # model budgets probed above the least one when its plan does not fit
 AUTO_CHECKMATE_MAX_STAGES = 8  # solver="auto" tries Checkmate's ILP only on DAGs this small (fast)
 
 
@@ -585,7 +586,22 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
         raise BudgetError(f"fxremat: {solver} found no plan for graph {ctx.graph_id} at any budget "
                           f"(its least-memory model budget is {_fmt(int(least_model))}); try solver='rotor'.")
     if not fits(least):
-        raise too_small(least)
+        # The model is an upper bound of the predicted timeline, and not a monotone one:
+        # a plan at a somewhat larger model budget can predict less (it keeps a value
+        # the least-memory plan recomputes next to a larger one). Probe a ladder of
+        # model budgets before calling the budget infeasible; the least predicted of
+        # all probes is the minimum feasible budget the error names.
+        probes = [least]
+        for k in range(1, LEAST_LADDER + 1):
+            model_budget = least_model * (most_model / least_model) ** (k / (LEAST_LADDER + 1))
+            found = make(solve_at(model_budget))
+            if found is not None:
+                probes.append(found)
+                if fits(found):
+                    least, least_model = found, model_budget
+                    break
+        if not fits(least):
+            raise too_small(min(probes, key=lambda f: f[1][2].predicted_peak_bytes))
     # The solvers' models are upper bounds of the predicted timeline, not the timeline
     # itself, so search the model budget: the largest one whose plan's *predicted*
     # peak fits. A larger model budget never gives a slower plan, so that plan is the
