@@ -62,6 +62,27 @@ def inductor_relayouts_convolutions(gm: fx.GraphModule) -> bool:
         return False
 
 
+def inductor_realize_thresholds(device_type: str) -> dict[str, int]:
+    """Inductor's store-or-inline limits for a pointwise value (``GraphLowering.run_node``,
+    ``StorageBox.should_realize_on_reuse``/``has_exceeded_max_reads``): a value read by
+    several ops is written to memory when its inlined body loads more than ``reads``
+    buffers or has more than ``ops`` ops; any value when it loads more than
+    ``acc_reads`` buffers or has more than ``max_ops`` ops. Older torch lacks the CPU
+    variants (defaults then as on the GPU)."""
+    import torch._inductor.config as c
+
+    cpu = device_type == "cpu"
+    ops = c.realize_opcount_threshold
+    if ops is None:
+        ops = getattr(c, "realize_cpu_opcount_threshold", None) if cpu else None
+        ops = ops if ops is not None else getattr(c, "_realize_opcount_threshold_default", 30)
+    acc = getattr(c, "realize_acc_reads_threshold", None)
+    if acc is None:
+        acc = getattr(c, "realize_cpu_acc_reads_threshold", None) if cpu else None
+        acc = acc if acc is not None else getattr(c, "_realize_acc_reads_threshold_default", 8)
+    return {"reads": int(c.realize_reads_threshold), "ops": int(ops), "acc_reads": int(acc), "max_ops": 100}
+
+
 def inductor_config_keys() -> set[str]:
     import torch._inductor.config as inductor_config
 

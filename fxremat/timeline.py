@@ -14,16 +14,9 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from . import oplib
+from . import _compat, oplib
 from .passes.memory import Step, Timeline, simulate
-from .sizes import is_multi_output, node_bytes, storage_of
-
-
-# Inductor inlines a pointwise value into its reader's kernel; a value read by several
-# kernels is, in our measurements, mostly written out once (realized) instead: with 1
-# here, predicted peaks of Rotor plans (many recomputed values with several readers)
-# moved from 20% below the measured ones to within 2-9%, min-cut plans unchanged.
-MAX_FUSED_READERS = 1
+from .sizes import flat_tensors, is_multi_output, node_bytes, storage_of
 
 
 def _readers(node: fx.Node) -> list[fx.Node]:
@@ -34,17 +27,98 @@ def _readers(node: fx.Node) -> list[fx.Node]:
     return found
 
 
-def fused_away(node: fx.Node) -> bool:
-    """Will Inductor compute this value inside its readers' kernels, never writing it to
-    memory? Pointwise values whose readers are all fusible with them, few, and in the
-    same graph; reductions, graph outputs and inputs of library kernels are written."""
+def _inlinable(node: fx.Node) -> bool:
+    """Could Inductor compute this value inside its readers' kernels? A pointwise value
+    (not a reduction, view or multi-output op) all of whose readers are fusible with it
+    and in the same graph (graph outputs and inputs of library kernels are written)."""
     if node.op != "call_function" or is_multi_output(node) or oplib.is_reduction(node):
         return False
     if not oplib.is_fusible(node) or oplib.is_view(node) or oplib.is_getitem(node):
         return False
     readers = _readers(node)
-    return 0 < len(readers) <= MAX_FUSED_READERS and all(
-        r.op == "call_function" and oplib.fusible_pair(node, r) for r in readers)
+    return len(readers) > 0 and all(r.op == "call_function" and oplib.fusible_pair(node, r) for r in readers)
+
+
+# Ops Inductor calls heavy on CPU (``StorageBox.should_realize_on_reuse``): a value using
+# one is written once when several ops read it rather than recomputed in each.
+_HEAVY_ON_CPU = frozenset({"exp", "exp2", "log", "log10", "log1p", "log2", "sigmoid", "tanh", "silu",
+                           "softplus", "mish", "logit"})
+
+
+class _Inlining:
+    """Inductor's store-or-inline choice for the values of one graph (memoized).
+
+    Inductor inlines a pointwise value into every kernel that reads it, so it is never
+    written to memory and its readers load its inputs instead, unless (its own rule,
+    ``_compat.inductor_realize_thresholds``) it has several readers and its inlined body
+    loads more than 4 buffers, has many ops or, on CPU, a heavy op (exp, tanh, ...); or
+    loads more than 12 buffers (8 on GPU) whatever its readers. An inlined value keeps
+    what it loads alive until its last reader: a batch norm backward's ``where`` (ReLU
+    mask of the incoming gradient) is recomputed in both kernels that read it, holding
+    the ReLU output and the gradient, where writing it once would hold one buffer
+    (measured on the deep CNN's Rotor plans: one activation over the prediction at every
+    small budget, when every value with several readers was taken as written)."""
+
+    def __init__(self) -> None:
+        # node -> (fused away, names of the buffers its body loads, names of the ops inlined, heavy)
+        self._info: dict[fx.Node, tuple[bool, frozenset[str], frozenset[str], bool]] = {}
+        self._limits: dict[str, dict[str, int]] = {}
+        self._inlinable: dict[fx.Node, bool] = {}
+
+    def fused_away(self, node: fx.Node) -> bool:
+        return self._get(node)[0]
+
+    def _get(self, node: fx.Node):
+        stack = [(node, False)]
+        while stack:  # post-order without recursion: long pointwise chains exist
+            n, ready = stack.pop()
+            if n in self._info:
+                continue
+            if not ready:
+                stack.append((n, True))
+                if self._candidate(n) or (n.op == "call_function" and oplib.is_view(n)):
+                    stack.extend((a, False) for a in n.all_input_nodes if a not in self._info)
+                continue
+            self._info[n] = self._decide(n)
+        return self._info[node]
+
+    def _candidate(self, n: fx.Node) -> bool:
+        if n not in self._inlinable:
+            self._inlinable[n] = _inlinable(n)
+        return self._inlinable[n]
+
+    def _decide(self, n: fx.Node):
+        if n.op == "call_function" and oplib.is_view(n):
+            base = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
+            if base is not None:
+                _, loads, ops, heavy = self._info[base]
+                return False, loads, ops, heavy
+        if not self._candidate(n):
+            tensor = bool(flat_tensors(n.meta.get("val")))
+            return False, frozenset([n.name]) if tensor else frozenset(), frozenset(), False
+        loads: frozenset[str] = frozenset().union(*(self._info[a][1] for a in n.all_input_nodes))
+        ops = frozenset([n.name]).union(*(self._info[a][2] for a in n.all_input_nodes))
+        heavy = any(self._info[a][3] for a in n.all_input_nodes)
+        val = n.meta.get("val")
+        device = val.device.type if isinstance(val, torch.Tensor) else "cpu"
+        if device == "cpu" and getattr(n.target, "overloadpacket", None) is not None:
+            heavy = heavy or n.target.overloadpacket.__name__ in _HEAVY_ON_CPU
+        if device not in self._limits:
+            self._limits[device] = _compat.inductor_realize_thresholds(device)
+        limit = self._limits[device]
+        nops = len(ops) + len(loads)  # Inductor counts loads as ops too
+        several = len(_readers(n)) > 1
+        written = (len(loads) > limit["acc_reads"] or nops > limit["max_ops"]
+                   or (several and (heavy or len(loads) > limit["reads"] or nops > limit["ops"])))
+        if written:
+            return False, frozenset([n.name]), frozenset(), False
+        return True, loads, ops, heavy
+
+
+def fused_away(node: fx.Node) -> bool:
+    """Will Inductor compute this value inside its readers' kernels, never writing it to
+    memory? (``_Inlining``; for many nodes of one graph, use one ``_Inlining``.)"""
+    return _Inlining().fused_away(node)
 
 
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
@@ -62,6 +136,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     needs: dict[fx.Node, frozenset[str]] = {}  # storages that reading the node's value touches
     steps: list[Step] = []
     pending_copies = {n for n in gm.graph.find_nodes(op="placeholder") if n.name in relaid}
+    inlining = _Inlining()
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             storage[node] = f"{phase}:{node.name}:relaid" if node in pending_copies else rename.get(node.name)
@@ -82,7 +157,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         elif is_multi_output(node):
             storage[node] = None  # its items are allocated by their getitems
             needs[node] = frozenset()
-        elif fusion and fused_away(node):
+        elif fusion and inlining.fused_away(node):
             storage[node] = None
             needs[node] = reads
         else:
@@ -111,10 +186,6 @@ def _output_nodes(gm: fx.GraphModule) -> list[fx.Node]:
 
 def relaid_inputs(fwd: fx.GraphModule) -> set[str]:
     """Forward inputs Inductor copies to channels-last for its convolutions, if it will."""
-    import torch
-
-    from . import _compat
-
     convs = list(fwd.graph.find_nodes(op="call_function", target=torch.ops.aten.convolution.default))
     if not convs or not _compat.inductor_relayouts_convolutions(fwd):
         return set()
