@@ -16,7 +16,7 @@ import torch.fx as fx
 
 from . import _compat, oplib
 from .passes.memory import Step, Timeline, simulate
-from .sizes import flat_tensors, is_multi_output, node_bytes, storage_of
+from .sizes import flat_tensors, is_multi_output, node_bytes, storage_of, tensor_bytes
 
 
 def _readers(node: fx.Node) -> list[fx.Node]:
@@ -35,6 +35,8 @@ def _inlinable(node: fx.Node) -> bool:
         return False
     if not oplib.is_fusible(node) or oplib.is_view(node) or oplib.is_getitem(node):
         return False
+    if folded_mm(node) is not None:
+        return False  # computed as addmm, a library call
     readers = _readers(node)
     return len(readers) > 0 and all(r.op == "call_function" and oplib.fusible_pair(node, r) for r in readers)
 
@@ -121,6 +123,54 @@ def fused_away(node: fx.Node) -> bool:
     return _Inlining().fused_away(node)
 
 
+_MM = torch.ops.aten.mm.default
+_ADD = torch.ops.aten.add.Tensor
+
+
+def _expandable(shape, to) -> bool:
+    return len(shape) <= len(to) and all(a == 1 or a == b for a, b in zip(reversed(shape), reversed(to)))
+
+
+def folded_mm(add: fx.Node) -> fx.Node | None:
+    """The ``mm`` that Inductor computes as ``addmm`` at this ``add``, if any.
+
+    Inductor's post-grad pattern (``fx_passes/post_grad.py::addmm``) rewrites
+    ``add(mm(a, b), c)`` (either operand order) into ``addmm(c, a, b)`` at the add's place
+    when the mm has no other reader, ``c`` is a tensor of the operands' dtype that expands
+    to the product's shape and (on GPU only) not every reader of the sum is pointwise. The
+    product is never written on its own: ``a`` and ``b`` stay alive until the add, and the
+    library call writes the sum. Measured on HF BERT (tied decoder and word-embedding
+    weights): the decoder weight's gradient ``mm(grad_logits.T, h)`` is added to the
+    embedding's gradient at the end of the backward, so the logits' gradient (1 MiB) was
+    held through the whole backward where the timeline freed it at the mm."""
+    if add.op != "call_function" or add.target is not _ADD or len(add.args) != 2 or add.kwargs:
+        return None
+    for i in (1, 0):  # the order Inductor tries its two patterns in
+        mm, inp = add.args[i], add.args[1 - i]
+        if not (isinstance(mm, fx.Node) and mm.op == "call_function" and mm.target is _MM and len(mm.users) == 1):
+            continue
+        if not isinstance(inp, fx.Node) or not isinstance(inp.meta.get("val"), torch.Tensor):
+            continue
+        vals = [mm.meta.get("val"), inp.meta["val"]] + [a.meta.get("val") for a in mm.args if isinstance(a, fx.Node)]
+        if not all(isinstance(v, torch.Tensor) for v in vals) or len({v.dtype for v in vals[1:]}) != 1:
+            continue
+        if not _expandable(tuple(inp.meta["val"].shape), tuple(mm.meta["val"].shape)):
+            continue
+        if inp.meta["val"].device.type != "cpu" and all(oplib.is_pointwise(r) for r in _readers(add)):
+            continue  # should_prefer_unfused_addmm: kept as mm + a pointwise add on GPU
+        return mm
+    return None
+
+
+def _lazy_constant(node: fx.Node) -> bool:
+    """A fusible tensor made from no tensor (a constructor: ``full``, ``zeros``, ``iota``)
+    that the graph does not return: lowered lazily, written where first needed."""
+    return (node.op == "call_function" and oplib.is_fusible(node) and not oplib.is_random(node)
+            and isinstance(node.meta.get("val"), torch.Tensor)
+            and not any(isinstance(a.meta.get("val"), torch.Tensor) for a in node.all_input_nodes)
+            and all(r.op == "call_function" for r in _readers(node)))
+
+
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 
 
@@ -137,6 +187,11 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     steps: list[Step] = []
     pending_copies = {n for n in gm.graph.find_nodes(op="placeholder") if n.name in relaid}
     inlining = _Inlining()
+    addmms = {n: mm for n in gm.graph.find_nodes(op="call_function", target=_ADD) if fusion
+              for mm in [folded_mm(n)] if mm is not None}
+    folded = set(addmms.values())
+    preallocated: set[fx.Node] = set()
+    deferred: dict[str, int] = {}  # constants not yet made: storage -> bytes
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             storage[node] = f"{phase}:{node.name}:relaid" if node in pending_copies else rename.get(node.name)
@@ -155,15 +210,44 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             storage[node] = storage.get(base_node) if base is not None and base_node is not None else None
             needs[node] = needs.get(base_node, frozenset()) if base is not None and base_node is not None else frozenset()
         elif is_multi_output(node):
-            storage[node] = None  # its items are allocated by their getitems
+            # The op allocates all its outputs while its inputs are alive (a library call:
+            # the flash attention backward's three gradients, measured on HF BERT); each
+            # item lives in the storage of its getitem, one the graph never reads dies here.
+            storage[node] = None
             needs[node] = frozenset()
+            items = {u.args[1]: u for u in node.users if oplib.is_getitem(u)}
+            for i, val in enumerate(node.meta["val"]):
+                if isinstance(val, torch.Tensor):
+                    item = items.get(i)
+                    if item is not None and storage_of(item) == item.name:
+                        preallocated.add(item)
+                        allocates[f"{phase}:{item.name}"] = node_bytes(item)
+                    elif item is None and not oplib.is_fusible(node):
+                        allocates[f"{phase}:{node.name}:{i}"] = tensor_bytes(val)
+        elif node in preallocated:
+            storage[node] = f"{phase}:{node.name}"
+            needs[node] = frozenset([storage[node]])
+        elif node in folded:
+            storage[node] = None  # computed by the addmm at its add
+            needs[node] = reads
         elif fusion and inlining.fused_away(node):
             storage[node] = None
             needs[node] = reads
+        elif fusion and _lazy_constant(node):
+            # Inductor makes a constant (``full``, ``zeros``) only when a kernel that cannot
+            # inline it reads it (an index_put_ into a zeros buffer): at that reader,
+            # wherever the graph placed it (AOTAutograd hoists them to the top).
+            storage[node] = f"{phase}:{node.name}"
+            needs[node] = frozenset([storage[node]])
+            deferred[storage[node]] = node_bytes(node)
         else:
             storage[node] = f"{phase}:{node.name}"
             needs[node] = frozenset([storage[node]])
             allocates = {storage[node]: node_bytes(node)}
+        if deferred and (allocates or is_multi_output(node)):  # a kernel or library call runs here
+            for s in reads:
+                if s in deferred:
+                    allocates[s] = deferred.pop(s)
         for a in node.all_input_nodes:
             if a in pending_copies:
                 pending_copies.discard(a)
@@ -174,7 +258,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             # when the op returns (measured on CPU: one grad_output-sized buffer).
             allocates[f"{phase}:{node.name}:workspace"] = node_bytes(node.args[0])
         # Inductor writes in place only from kernels it generates, not library calls.
-        in_place = fusion and oplib.is_fusible(node)
+        in_place = fusion and oplib.is_fusible(node) and node not in addmms
         steps.append(Step(node.name, allocates=allocates, reads=sorted(reads), phase=phase, in_place=in_place))
     return steps, {n.name: s for n, s in storage.items()}
 

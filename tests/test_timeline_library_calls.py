@@ -1,0 +1,169 @@
+"""The timeline's model of when Inductor allocates around library calls (partition level).
+
+Found on HF BERT under Rotor budgets (bench/frontier_models.py, "small"): the measured peak
+(profiler allocation events) was 7% above the prediction at memory_budget=0.5, at a
+recomputed flash attention backward. Three gaps, each tested here on a small graph:
+
+- a multi-output library call (the flash attention backward) allocates all its outputs
+  while its inputs are alive; the timeline allocated them at the getitems, after the
+  inputs were freed;
+- Inductor computes ``add(mm(a, b), c)`` as ``addmm(c, a, b)`` at the add (post-grad
+  pattern), holding ``a`` and ``b`` until then: BERT's tied decoder weight gradient kept
+  the 1 MiB logits gradient alive through the backward;
+- a constant (``full``) is made where a kernel first needs it, not where AOTAutograd
+  put it (the embedding gradients' zeros).
+"""
+
+import torch
+import torch.fx as fx
+
+from fxremat.timeline import predict
+
+aten = torch.ops.aten
+
+N = 128  # square fp32 matrices: 64 KiB each
+ONE = N * N * 4
+
+
+def _aten_graph(fn, *example):
+    """``fn`` (calling aten overloads) as an FX graph whose nodes carry ``meta["val"]``."""
+    gm = fx.symbolic_trace(fn)
+
+    class Record(fx.Interpreter):
+        def run_node(self, n):
+            value = super().run_node(n)
+            n.meta["val"] = value
+            return value
+
+    Record(gm).run(*example)
+    return gm
+
+
+def _live_at(timeline, step_name: str) -> set[str]:
+    """Storages alive while the step runs (allocated at or before it, read at or after it,
+    or kept to the end as the backward's outputs)."""
+    index = next(i for i, s in enumerate(timeline.steps) if s.name == step_name and s.phase == "backward")
+    born, last = {}, {}
+    for i, step in enumerate(timeline.steps):
+        for s in step.allocates:
+            born.setdefault(s, i)
+            last.setdefault(s, i)
+        for s in step.reads:
+            last[s] = i
+    return {s for s in born if born[s] <= index <= last[s]}
+
+
+# --- multi-output library call ------------------------------------------------------------
+
+B, H, L, D = 2, 2, 64, 32  # attention tensors: 32 KiB each
+ATT = B * H * L * D * 4
+SCALE = D ** -0.5
+
+
+def _attention_forward(q, k, v):
+    out = aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, scale=SCALE)
+    getitem, getitem_1 = out[0], out[1]
+    return (aten.sum.default(getitem), getitem, getitem_1)
+
+
+def _attention_backward(q, k, v, getitem, getitem_1, tangents_1):
+    # q recomputed in the backward (as a Rotor plan does), the incoming gradient: both
+    # allocated here, both read last by the library call
+    q2 = aten.mul.Tensor(q, 2.0)
+    grad = aten.mul.Tensor(getitem, tangents_1)
+    grads = aten._scaled_dot_product_flash_attention_for_cpu_backward.default(
+        grad, q2, k, v, getitem, getitem_1, 0.0, False, scale=SCALE)
+    return (grads[0], grads[1], grads[2])
+
+
+def test_a_multi_output_library_call_allocates_its_outputs_while_its_inputs_are_alive():
+    q, k, v = (torch.randn(B, H, L, D) for _ in range(3))
+    fwd = _aten_graph(_attention_forward, q, k, v)
+    out, lse = aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, scale=SCALE)
+    bwd = _aten_graph(_attention_backward, q, k, v, out, lse, torch.tensor(1.0))
+    timeline = predict(fwd, bwd, 1, fusion=True)
+    call = "_scaled_dot_product_flash_attention_for_cpu_backward_default"
+    live = _live_at(timeline, call)
+    # its inputs made or kept for it (q2, grad, the saved output) and its three outputs
+    assert {"backward:mul_tensor", "backward:mul_tensor_1", "forward:getitem"} <= live, timeline.as_records()
+    items = {f"backward:{u.name}" for u in next(iter(bwd.graph.find_nodes(
+        op="call_function", target=aten._scaled_dot_product_flash_attention_for_cpu_backward.default))).users}
+    assert len(items) == 3 and items <= live, timeline.as_records()
+    assert timeline.peak_bytes >= 6 * ATT, timeline.as_records()
+
+
+# --- mm folded into an add (addmm) -----------------------------------------------------------
+
+
+def _forward(x):
+    relu_default = aten.relu.default(x)
+    return (aten.sum.default(relu_default), relu_default)
+
+
+def _tied_weight_backward(relu_default, w, tangents_1):
+    g = aten.mul.Tensor(relu_default, tangents_1)  # a gradient, read by two library calls
+    wg = aten.mm.default(aten.t.default(g), relu_default)  # one weight's gradient ...
+    other = aten.mm.default(g, w)
+    late = aten.relu.default(aten.mm.default(other, w))  # ... added to a gradient computed later
+    return (aten.add.Tensor(wg, late), None)
+
+
+def test_an_mm_added_to_a_tensor_is_computed_at_the_add_holding_its_operands():
+    x, w = torch.randn(N, N), torch.randn(N, N)
+    fwd = _aten_graph(_forward, x)
+    bwd = _aten_graph(_tied_weight_backward, torch.relu(x), w, torch.tensor(1.0))
+    timeline = predict(fwd, bwd, 1, fusion=True)
+    allocated = {s for step in timeline.steps for s in step.allocates}
+    assert "backward:mm_default" not in allocated, timeline.as_records()  # never written on its own
+    assert "backward:add_tensor" in allocated  # the addmm's output
+    live = _live_at(timeline, "mm_default_2")
+    # the gradient and the saved ReLU output wait for the addmm at the add
+    assert {"backward:mul_tensor", "forward:relu_default"} <= live, timeline.as_records()
+    # while ``late`` is computed: g, the ReLU output, other, late (and no wg)
+    assert timeline.peak_bytes >= 4 * ONE, timeline.as_records()
+
+
+def _unfused_backward(relu_default, w, tangents_1):
+    g = aten.mul.Tensor(relu_default, tangents_1)
+    wg = aten.mm.default(aten.t.default(g), relu_default)
+    other = aten.mm.default(g, w)
+    late = aten.relu.default(aten.mm.default(other, w))
+    return (aten.add.Tensor(aten.mul.Tensor(wg, 2.0), late), None)  # the mm is not the add's operand
+
+
+def test_an_mm_read_by_other_ops_is_written_where_it_runs():
+    x, w = torch.randn(N, N), torch.randn(N, N)
+    fwd = _aten_graph(_forward, x)
+    bwd = _aten_graph(_unfused_backward, torch.relu(x), w, torch.tensor(1.0))
+    timeline = predict(fwd, bwd, 1, fusion=True)
+    assert "backward:mm_default" in {s for step in timeline.steps for s in step.allocates}
+    assert "forward:relu_default" not in _live_at(timeline, "mm_default_2"), timeline.as_records()
+
+
+# --- constants made where first needed ------------------------------------------------------
+
+
+def _embedding_like_backward(relu_default, w, idx, tangents_1):
+    zeros = aten.full.default([N, N], 0.0, dtype=torch.float32, layout=torch.strided,
+                              device=torch.device("cpu"), pin_memory=False)
+    g = aten.mul.Tensor(relu_default, tangents_1)
+    big = aten.mm.default(g, w)  # a library call before the constant is needed
+    return (aten.index_put.default(zeros, [idx], big, True), None, None)
+
+
+def test_a_constant_is_allocated_at_its_first_kernel_not_where_the_graph_puts_it():
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x, w = torch.randn(N, N), torch.randn(N, N)
+    fwd = _aten_graph(_forward, x)
+    # make_fx records the constructor (symbolic_trace would fold it into a constant)
+    bwd = make_fx(_embedding_like_backward)(torch.relu(x), w, torch.arange(N), torch.tensor(1.0))
+    for node, name in zip(bwd.graph.find_nodes(op="placeholder"), ["relu_default", "w", "idx", "tangents_1"]):
+        node._rename(name)  # as the partitioner names them: the saved value and the tangent
+    assert [n.name for n in bwd.graph.find_nodes(op="placeholder")] == ["relu_default", "w", "idx", "tangents_1"]
+    names = {n.target: n.name for n in bwd.graph.nodes if n.op == "call_function"}
+    full, mm, index_put = names[aten.full.default], names[aten.mm.default], names[aten.index_put.default]
+    timeline = predict(fwd, bwd, 1, fusion=True)
+    assert f"backward:{full}" not in _live_at(timeline, mm), timeline.as_records()
+    step = next(s for s in timeline.steps if s.name == index_put)
+    assert f"backward:{full}" in step.allocates, timeline.as_records()
