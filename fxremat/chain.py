@@ -132,17 +132,13 @@ def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Nod
             skips = set(live)
         if live and len(live - skips) <= 1:
             candidates.append(k)
-    # At most about max_stages stages of similar weight: each op's share of the forward's
-    # time plus its share of the bytes it allocates. Time alone (the cost model makes
-    # fused pointwise ops nearly free) would put a whole conv + batch-norm + ReLU block
-    # into one stage; memory is what the stages are for.
-    total_cost = sum(cost.get(n, 0.0) for n in order) or 1.0
-    total_bytes = sum(node_bytes(n) for n in order) or 1
+    # At most max_stages stages of similar forward cost.
+    total = sum(cost.get(n, 0.0) for n in order) or 1.0
     cuts, acc = [], 0.0
     wanted = set(candidates)
     for k, n in enumerate(order):
-        acc += cost.get(n, 0.0) / total_cost + node_bytes(n) / total_bytes
-        if k in wanted and acc >= 2.0 / max_stages:
+        acc += cost.get(n, 0.0)
+        if k in wanted and acc >= total / max_stages:
             cuts.append(k)
             acc = 0.0
     while True:
