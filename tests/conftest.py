@@ -57,3 +57,17 @@ def train_step_matches_eager(make, compiler="eager", dtype=torch.float64, steps=
             scale = max(a.abs().max().item(), 1e-3) if a.is_floating_point() else 1.0
             worst = max(worst, (a.double() - b.double()).abs().max().item() / scale)
     return worst
+
+
+def aten_graph(fn, *example):
+    """``fn`` (calling aten overloads) as an FX graph whose nodes carry ``meta["val"]``."""
+    gm = torch.fx.symbolic_trace(fn)
+
+    class Record(torch.fx.Interpreter):
+        def run_node(self, n):
+            value = super().run_node(n)
+            n.meta["val"] = value
+            return value
+
+    Record(gm).run(*example)
+    return gm

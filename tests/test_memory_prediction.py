@@ -7,10 +7,10 @@ bytes the compiled forward and backward allocate above the step's inputs.
 
 import pytest
 import torch
-import torch.fx as fx
 
 from fxremat.harness import measure_step
 from fxremat.timeline import predict
+from conftest import aten_graph
 
 aten = torch.ops.aten
 
@@ -32,20 +32,6 @@ def test_predicted_peak_within_ten_percent_of_measured(model):
 # --- Inductor's store-or-inline choice in the timeline (partition level) -------------
 
 N = 128  # square fp32 matrices: 64 KiB each
-
-
-def _aten_graph(fn, *example):
-    """``fn`` (calling aten overloads) as an FX graph whose nodes carry ``meta["val"]``."""
-    gm = fx.symbolic_trace(fn)
-
-    class Record(fx.Interpreter):
-        def run_node(self, n):
-            value = super().run_node(n)
-            n.meta["val"] = value
-            return value
-
-    Record(gm).run(*example)
-    return gm
 
 
 def _forward(x):
@@ -73,9 +59,9 @@ def _backward_with_mask(extra_loads: bool):
 
 def _predict_mask_pattern(extra_loads: bool):
     x, w = torch.randn(N, N), torch.randn(N, N)
-    fwd = _aten_graph(_forward, x)
+    fwd = aten_graph(_forward, x)
     inputs = [torch.relu(x), w, torch.randn(N, N), torch.randn(N, N), torch.randn(N, N), torch.tensor(1.0)]
-    bwd = _aten_graph(_backward_with_mask(extra_loads), *inputs)
+    bwd = aten_graph(_backward_with_mask(extra_loads), *inputs)
     return predict(fwd, bwd, 1, fusion=True)
 
 

@@ -26,6 +26,14 @@ def _grads_and_plan(make, kwargs, options, dtype=torch.float64, seed=0):
     return [p.grad for p in model.parameters()], fxremat.inspect.plans()[-1], (model, batch)
 
 
+def _assert_equal_to_eager(grads, model, batch):
+    reference = copy.deepcopy(model)
+    reference.zero_grad(set_to_none=True)
+    reference(*batch).backward()
+    for g, p in zip(grads, reference.parameters()):
+        assert (g - p.grad).abs().max() <= 1e-9 * max(p.grad.abs().max().item(), 1e-3)
+
+
 @pytest.mark.parametrize("make, kwargs", [(models.make_transformer, TRANSFORMER),
                                           (models.make_deep_cnn, DEEP_CNN)])
 def test_gradients_equal_eager_and_peak_follows_the_budget(make, kwargs):
@@ -34,11 +42,7 @@ def test_gradients_equal_eager_and_peak_follows_the_budget(make, kwargs):
         grads, plan, (model, batch) = _grads_and_plan(make, kwargs, {"memory_budget": budget, "solver": "rotor"})
         assert plan.solver == "rotor" and plan.sequence
         assert plan.predicted_peak_bytes <= plan.budget_bytes
-        reference = copy.deepcopy(model)
-        reference.zero_grad(set_to_none=True)
-        reference(*batch).backward()
-        for g, p in zip(grads, reference.parameters()):
-            assert (g - p.grad).abs().max() <= 1e-9 * max(p.grad.abs().max().item(), 1e-3)
+        _assert_equal_to_eager(grads, model, batch)
         peaks.append(plan.predicted_peak_bytes)
     assert peaks == sorted(peaks, reverse=True)
     assert peaks[-1] < 0.75 * peaks[0]  # it really recomputes
@@ -56,11 +60,7 @@ def test_a_mask_every_layer_reads_does_not_break_the_chain():
     assert plan.notes["stages"] >= 4 * layers  # several stages per layer
     # The (b, 1, t, t) mask (as float64: SDPA adds it to the scores), nothing bigger.
     assert 0 < plan.notes["pinned_bytes"] <= 8 * 64 * 64 * 8
-    reference = copy.deepcopy(model)
-    reference.zero_grad(set_to_none=True)
-    reference(*batch).backward()
-    for g, p in zip(grads, reference.parameters()):
-        assert (g - p.grad).abs().max() <= 1e-9 * max(p.grad.abs().max().item(), 1e-3)
+    _assert_equal_to_eager(grads, model, batch)
 
 
 def test_exact_dp_plans_are_correct_and_fit():
@@ -69,11 +69,7 @@ def test_exact_dp_plans_are_correct_and_fit():
                                                   {"memory_budget": 0.5, "solver": "rotor_exact"})
     assert plan.solver == "rotor_exact" and plan.sequence
     assert plan.predicted_peak_bytes <= plan.budget_bytes
-    reference = copy.deepcopy(model)
-    reference.zero_grad(set_to_none=True)
-    reference(*batch).backward()
-    for g, p in zip(grads, reference.parameters()):
-        assert (g - p.grad).abs().max() <= 1e-9 * max(p.grad.abs().max().item(), 1e-3)
+    _assert_equal_to_eager(grads, model, batch)
 
 
 def test_auto_uses_mincut_when_it_fits_and_rotor_otherwise():

@@ -15,28 +15,14 @@ recomputed flash attention backward. Three gaps, each tested here on a small gra
 """
 
 import torch
-import torch.fx as fx
 
 from fxremat.timeline import predict
+from conftest import aten_graph
 
 aten = torch.ops.aten
 
 N = 128  # square fp32 matrices: 64 KiB each
 ONE = N * N * 4
-
-
-def _aten_graph(fn, *example):
-    """``fn`` (calling aten overloads) as an FX graph whose nodes carry ``meta["val"]``."""
-    gm = fx.symbolic_trace(fn)
-
-    class Record(fx.Interpreter):
-        def run_node(self, n):
-            value = super().run_node(n)
-            n.meta["val"] = value
-            return value
-
-    Record(gm).run(*example)
-    return gm
 
 
 def _live_at(timeline, step_name: str) -> set[str]:
@@ -78,9 +64,9 @@ def _attention_backward(q, k, v, getitem, getitem_1, tangents_1):
 
 def test_a_multi_output_library_call_allocates_its_outputs_while_its_inputs_are_alive():
     q, k, v = (torch.randn(B, H, L, D) for _ in range(3))
-    fwd = _aten_graph(_attention_forward, q, k, v)
+    fwd = aten_graph(_attention_forward, q, k, v)
     out, lse = aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, scale=SCALE)
-    bwd = _aten_graph(_attention_backward, q, k, v, out, lse, torch.tensor(1.0))
+    bwd = aten_graph(_attention_backward, q, k, v, out, lse, torch.tensor(1.0))
     timeline = predict(fwd, bwd, 1, fusion=True)
     call = "_scaled_dot_product_flash_attention_for_cpu_backward_default"
     live = _live_at(timeline, call)
@@ -110,8 +96,8 @@ def _tied_weight_backward(relu_default, w, tangents_1):
 
 def test_an_mm_added_to_a_tensor_is_computed_at_the_add_holding_its_operands():
     x, w = torch.randn(N, N), torch.randn(N, N)
-    fwd = _aten_graph(_forward, x)
-    bwd = _aten_graph(_tied_weight_backward, torch.relu(x), w, torch.tensor(1.0))
+    fwd = aten_graph(_forward, x)
+    bwd = aten_graph(_tied_weight_backward, torch.relu(x), w, torch.tensor(1.0))
     timeline = predict(fwd, bwd, 1, fusion=True)
     allocated = {s for step in timeline.steps for s in step.allocates}
     assert "backward:mm_default" not in allocated, timeline.as_records()  # never written on its own
@@ -133,8 +119,8 @@ def _unfused_backward(relu_default, w, tangents_1):
 
 def test_an_mm_read_by_other_ops_is_written_where_it_runs():
     x, w = torch.randn(N, N), torch.randn(N, N)
-    fwd = _aten_graph(_forward, x)
-    bwd = _aten_graph(_unfused_backward, torch.relu(x), w, torch.tensor(1.0))
+    fwd = aten_graph(_forward, x)
+    bwd = aten_graph(_unfused_backward, torch.relu(x), w, torch.tensor(1.0))
     timeline = predict(fwd, bwd, 1, fusion=True)
     assert "backward:mm_default" in {s for step in timeline.steps for s in step.allocates}
     assert "forward:relu_default" not in _live_at(timeline, "mm_default_2"), timeline.as_records()
@@ -155,7 +141,7 @@ def test_a_constant_is_allocated_at_its_first_kernel_not_where_the_graph_puts_it
     from torch.fx.experimental.proxy_tensor import make_fx
 
     x, w = torch.randn(N, N), torch.randn(N, N)
-    fwd = _aten_graph(_forward, x)
+    fwd = aten_graph(_forward, x)
     # make_fx records the constructor (symbolic_trace would fold it into a constant)
     bwd = make_fx(_embedding_like_backward)(torch.relu(x), w, torch.arange(N), torch.tensor(1.0))
     for node, name in zip(bwd.graph.find_nodes(op="placeholder"), ["relu_default", "w", "idx", "tangents_1"]):
