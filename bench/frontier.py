@@ -38,9 +38,10 @@ Strategies (all compiled ones with TorchInductor):
 - ``fxremat_B``: ``backend="fxremat", options={"memory_budget": B}`` (solver "auto"), B a
   fraction of fxremat's unconstrained plan; ``fxremat_<solver>_B`` for other solvers that
   ``fxremat.Options`` accepts (``--solvers``; one it rejects is recorded as skipped with
-  its message). A fraction applies to each compiled graph on its own: a model with a graph
-  break (Hugging Face GPT-2 computes its loss in a second, small graph) may have a graph that
-  cannot reach it, and then the whole model fails with ``BudgetError``;
+  its message). A fraction applies to each compiled graph on its own: a graph with nothing
+  to trade (Hugging Face GPT-2 computes its loss in a second, small graph) keeps its plan
+  with a ``BudgetWarning``, and a graph that can trade but not down to the fraction fails
+  the whole model with ``BudgetError``;
 - ``fxremat_at_P`` (``--fx-match P,...``, default ``ckpt_blocks``): fxremat (solver "auto") at
   a byte budget equal to peer P's measured peak for the same model (``peak_bytes``: above the
   inputs, what fxremat's budget bounds; per graph, which a small loss graph meets easily), i.e.

@@ -64,7 +64,7 @@ import torch.fx as fx
 
 from . import oplib
 from .sizes import _hint, flat_tensors, node_bytes, tensor_bytes
-from .timeline import fused_away
+from .timeline import _Inlining
 
 aten = torch.ops.aten
 
@@ -606,16 +606,19 @@ def _readers(node: fx.Node) -> list[fx.Node]:
     return found
 
 
-def written(node: fx.Node, group: list[fx.Node] | set[fx.Node]) -> bool:
+def written(node: fx.Node, group: list[fx.Node] | set[fx.Node], inlining: _Inlining | None = None) -> bool:
     """Does the kernel ``group`` write ``node``'s value to memory? Unless Inductor fuses
     it away (``timeline.fused_away``), or, when the kernel is that one op alone, always;
-    and always when a reader lies outside the kernel (it reads it from memory)."""
-    if len(group) == 1 or not fused_away(node):
+    and always when a reader lies outside the kernel (it reads it from memory).
+    ``inlining``: the graph's memo of those choices (one per graph: each decision walks
+    the value's inlined inputs, so a fresh memo per call is quadratic on a long graph)."""
+    if len(group) == 1 or not (inlining or _Inlining()).fused_away(node):
         return True
     return any(r not in group for r in _readers(node))
 
 
-def _group_traffic(group: list[fx.Node], inlined: set[fx.Node] = frozenset()) -> tuple[int, int]:
+def _group_traffic(group: list[fx.Node], inlined: set[fx.Node] = frozenset(),
+                   inlining: _Inlining | None = None) -> tuple[int, int]:
     """(bytes read from outside the kernel, each storage once; bytes the kernel writes).
     Values in ``inlined`` are computed inside the kernel: nothing to read."""
     members = set(group)
@@ -627,7 +630,7 @@ def _group_traffic(group: list[fx.Node], inlined: set[fx.Node] = frozenset()) ->
                 continue
             store, nbytes = _read_bytes(a)
             reads[store] = min(reads.get(store, 0) + nbytes, node_bytes(store))
-        if written(node, members):
+        if written(node, members, inlining):
             nwritten += node_bytes(node)
     return sum(reads.values()), nwritten
 
@@ -639,11 +642,13 @@ def _kind(group: list[fx.Node]) -> str:
 
 
 def estimate_group(group: list[fx.Node], profile: DeviceProfile, tf32: bool | None = None,
-                   timer: "OpTimer | None" = None, inlined: set[fx.Node] = frozenset()) -> KernelEstimate:
-    """One kernel's estimate; ``inlined``: constants it computes itself (``inlined_constants``)."""
+                   timer: "OpTimer | None" = None, inlined: set[fx.Node] = frozenset(),
+                   inlining: _Inlining | None = None) -> KernelEstimate:
+    """One kernel's estimate; ``inlined``: constants it computes itself (``inlined_constants``);
+    ``inlining``: the graph's store-or-inline memo (``written``)."""
     kind = _kind(group)
     flops = sum(node_flops(n) for n in group)
-    read, nwritten = _group_traffic(group, inlined)
+    read, nwritten = _group_traffic(group, inlined, inlining)
     if timer is not None and timer.covers(kind):
         measured = timer.time_kernel(group)
         if measured is not None:
@@ -660,8 +665,8 @@ def estimate_graph(gm: fx.GraphModule, profile: DeviceProfile | str | None = Non
     tensor cores (default: ``torch.get_float32_matmul_precision() != "highest"``).
     ``timer``: measure kernels instead (``OpTimer``)."""
     profile = profile_for(profile)
-    inlined = inlined_constants(gm)
-    kernels = [estimate_group(g, profile, tf32, timer, inlined) for g in kernel_groups(gm)]
+    inlined, inlining = inlined_constants(gm), _Inlining()
+    kernels = [estimate_group(g, profile, tf32, timer, inlined, inlining) for g in kernel_groups(gm)]
     if timer is not None:
         timer.save()
     return GraphEstimate(sum(k.seconds for k in kernels), kernels, profile.name)
@@ -672,10 +677,10 @@ def node_costs(gm: fx.GraphModule, profile: DeviceProfile | str | None = None) -
     its ops (a fused pointwise chain costs one pass over memory, not one per op). Used
     on a joint graph to cost Rotor's stages: a stage pays for the kernels it runs."""
     profile = profile_for(profile)
-    inlined = inlined_constants(gm)
+    inlined, inlining = inlined_constants(gm), _Inlining()
     costs: dict[fx.Node, float] = {}
     for group in kernel_groups(gm):
-        seconds = estimate_group(group, profile, inlined=inlined).seconds
+        seconds = estimate_group(group, profile, inlined=inlined, inlining=inlining).seconds
         costs.update((n, seconds / len(group)) for n in group)
     return costs
 

@@ -42,7 +42,23 @@ SMALL_REDUCTION_RATIO = 4
 
 
 class BudgetError(ValueError):
-    """The memory budget cannot be met by the available solvers."""
+    """The memory budget cannot be met by the available solvers. ``least_bytes``: the
+    least predicted peak the solver found for the graph, when it got that far."""
+
+    def __init__(self, message: str, least_bytes: int | None = None):
+        super().__init__(message)
+        self.least_bytes = least_bytes
+
+
+class BudgetWarning(UserWarning):
+    """A fraction budget that a compiled graph cannot reach at all: no plan predicts
+    meaningfully less than its unconstrained one (a loss computed in a graph of its own,
+    after a graph break). The graph keeps that plan; the other graphs get the fraction."""
+
+
+# A graph whose least-memory plan predicts at least this fraction of its min-cut plan has
+# no activations worth trading (HF GPT-2's loss graph: 0.9995); see ``_unreachable``.
+UNTRADEABLE = 0.95
 
 
 @dataclasses.dataclass
@@ -313,18 +329,52 @@ def partition(
     target = budget if budget is not None else plan.predicted_peak_bytes
     # Planning builds many candidate graphs: their Python code is made only for the one
     # that runs.
-    if options.solver in ("rotor", "rotor_exact", "checkmate", "twremat"):
-        with _compat.lazy_graph_modules():
-            fwd, bwd, plan = _staged(ctx, bwd, chosen, target, options.solver)
-        plan.notes["why"] = f"solver={options.solver!r} was asked for"
-    elif over:
-        with _compat.lazy_graph_modules():
-            fwd, bwd, plan = _auto(ctx, bwd, chosen, target, plan.predicted_peak_bytes)
+    staged = options.solver in ("rotor", "rotor_exact", "checkmate", "twremat")
+    if staged or over:
+        mincut_result = fwd, bwd, plan
+        try:
+            with _compat.lazy_graph_modules():
+                if staged:
+                    fwd, bwd, plan = _staged(ctx, bwd, chosen, target, options.solver)
+                    plan.notes["why"] = f"solver={options.solver!r} was asked for"
+                else:
+                    fwd, bwd, plan = _auto(ctx, bwd, chosen, target, plan.predicted_peak_bytes)
+        except BudgetError as error:
+            unconstrained = mincut_result[2].predicted_peak_bytes
+            if error.least_bytes is None or error.least_bytes < UNTRADEABLE * unconstrained:
+                raise
+            fwd, bwd, plan = _unreachable(ctx, options, *mincut_result, error)
     else:
         plan.notes["why"] = ("no budget: the min-cut plan" if budget is None else
                              f"the min-cut plan fits the budget ({_fmt(plan.predicted_peak_bytes)} <= {_fmt(budget)})")
     plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code
     plan.solve_seconds = time.perf_counter() - started
+    return fwd, bwd, plan
+
+
+def _unreachable(ctx: _Context, options: Options, fwd: fx.GraphModule, bwd: fx.GraphModule, plan: Plan,
+                 error: BudgetError) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+    """The min-cut plan is about this graph's least-memory plan: no recomputing plan
+    predicts less than ``UNTRADEABLE`` of it (a loss graph: the logits and their gradient
+    are the peak whatever is saved).
+    A fraction budget cannot apply to such a graph, which keeps its plan with a warning
+    (the model's other graphs get the fraction); a byte budget below it is an error that
+    names the min-cut plan's peak as the minimum."""
+    least = plan.predicted_peak_bytes
+    if options.memory_budget.fraction is None:
+        raise BudgetError(
+            f"fxremat: memory_budget={options.memory_budget.describe()} ({_fmt(plan.budget_bytes)}) is below the "
+            f"minimum feasible budget for graph {ctx.graph_id}: no plan that recomputes predicts less than "
+            f"{_fmt(error.least_bytes)}, and the min-cut plan predicts {_fmt(least)}. Allowed: a budget of at least "
+            f"{min(least, error.least_bytes)} bytes.", min(least, error.least_bytes))
+    why = (f"no plan predicts much less than the min-cut plan ({_fmt(least)}; recomputing plans "
+           f"{_fmt(error.least_bytes)} or more), so memory_budget={options.memory_budget.describe()} cannot apply "
+           f"to this graph: it keeps the min-cut plan")
+    warnings.warn(f"fxremat (graph {ctx.graph_id}): {why}. A fraction applies to each compiled graph on its "
+                  f"own; the model's other graphs get it. A byte budget applies to every graph.",
+                  BudgetWarning, stacklevel=2)
+    plan.notes["why"] = why
+    plan.notes["budget_unreachable"] = True
     return fwd, bwd, plan
 
 
@@ -513,7 +563,7 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
             f"fxremat: memory_budget={asked.describe() if asked else None}"
             f" ({_fmt(budget)}) is below the minimum feasible budget for graph {ctx.graph_id}: the least-memory "
             f"{solver} plan ({len(lin.stages)} stages) predicts {_fmt(least_bytes)}. Allowed: a budget of at least "
-            f"{least_bytes} bytes{per_graph}.")
+            f"{least_bytes} bytes{per_graph}.", least_bytes)
 
     if solver == "twremat":
         # TWRemat has no budget: its parameter k trades memory for time. Keep the

@@ -67,11 +67,61 @@ def test_unmet_budget_is_an_error_naming_the_minimum(compiler):
     torch._dynamo.reset()
     # Same graph, smaller budget: a stale cache entry would hand back the first plan
     # silently. The budget is in the cache key, so the partitioner runs and refuses.
-    tight = torch.compile(_budget_fn, backend="fxremat", options={"compiler": compiler, "memory_budget": 0.5})
+    half = plan.predicted_peak_bytes // 2
+    tight = torch.compile(_budget_fn, backend="fxremat", options={"compiler": compiler, "memory_budget": half})
     with pytest.raises(Exception) as err:
         tight(x).backward()
     assert isinstance(err.value, BudgetError) or "BudgetError" in repr(err.value)
-    assert str(plan.predicted_peak_bytes) in str(err.value)
+    assert f"at least {plan.predicted_peak_bytes} bytes" in str(err.value)
+
+
+def test_a_fraction_a_graph_cannot_reach_at_all_keeps_its_plan_with_a_warning():
+    # Nothing to trade: every value the backward reads is the input or made from it by
+    # one op, so no plan predicts much less than the min-cut plan. A fraction of the
+    # unconstrained plan cannot apply; the graph keeps that plan and says so.
+    x = torch.randn(4096, requires_grad=True)
+    f = torch.compile(_budget_fn, backend="fxremat", options={"compiler": "eager", "memory_budget": 0.5})
+    with pytest.warns(fxremat.BudgetWarning, match="cannot apply to this graph"):
+        f(x).backward()
+    plan = fxremat.inspect.plans()[-1]
+    assert plan.solver == "mincut" and plan.notes["budget_unreachable"]
+    assert plan.predicted_peak_bytes > plan.budget_bytes
+    torch.testing.assert_close(x.grad, torch.func.grad(_budget_fn)(x.detach()))
+
+
+class _LossAfterGraphBreak(torch.nn.Module):
+    """A chain of layers, then the loss in a graph of its own (as Hugging Face models
+    compute it, after a graph break)."""
+
+    def __init__(self, width=128, depth=16, classes=16):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(width, width) for _ in range(depth))
+        self.head = torch.nn.Linear(width, classes)
+
+    def forward(self, x, target):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        logits = self.head(x)
+        torch._dynamo.graph_break()
+        return torch.nn.functional.cross_entropy(logits, target)
+
+
+def test_a_fraction_applies_to_the_graphs_that_can_reach_it_when_the_loss_graph_cannot():
+    torch.manual_seed(0)
+    model = _LossAfterGraphBreak().double()
+    x, target = torch.randn(512, 128, dtype=torch.float64), torch.randint(0, 16, (512,))
+    model(x, target).backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    fxremat.inspect.clear()
+    compiled = torch.compile(model, backend="fxremat", options={"compiler": "eager", "memory_budget": 0.5})
+    with pytest.warns(fxremat.BudgetWarning) as caught:
+        compiled(x, target).backward()
+    body, loss = fxremat.inspect.plans()
+    assert body.solver == "rotor" and body.predicted_peak_bytes <= body.budget_bytes
+    assert loss.notes["budget_unreachable"] and len(caught) == 1 and loss.graph_id in str(caught[0].message)
+    for p, e in zip(model.parameters(), expected):
+        torch.testing.assert_close(p.grad, e, rtol=1e-12, atol=1e-12)
 
 
 def test_byte_budget_that_fits_is_accepted():
