@@ -672,16 +672,20 @@ def estimate_graph(gm: fx.GraphModule, profile: DeviceProfile | str | None = Non
     return GraphEstimate(sum(k.seconds for k in kernels), kernels, profile.name)
 
 
-def node_costs(gm: fx.GraphModule, profile: DeviceProfile | str | None = None) -> dict[fx.Node, float]:
+def node_costs(gm: fx.GraphModule, profile: DeviceProfile | str | None = None,
+               timer: "OpTimer | None" = None) -> dict[fx.Node, float]:
     """Each op's share of ``estimate_graph``'s time: a kernel's time split evenly over
     its ops (a fused pointwise chain costs one pass over memory, not one per op). Used
-    on a joint graph to cost Rotor's stages: a stage pays for the kernels it runs."""
+    on a joint graph to cost Rotor's stages: a stage pays for the kernels it runs.
+    ``timer``: measure the kernels it covers (``OpTimer``) instead of the roofline."""
     profile = profile_for(profile)
     inlined, inlining = inlined_constants(gm), _Inlining()
     costs: dict[fx.Node, float] = {}
     for group in kernel_groups(gm):
-        seconds = estimate_group(group, profile, inlined=inlined, inlining=inlining).seconds
+        seconds = estimate_group(group, profile, timer=timer, inlined=inlined, inlining=inlining).seconds
         costs.update((n, seconds / len(group)) for n in group)
+    if timer is not None:
+        timer.save()
     return costs
 
 

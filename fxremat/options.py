@@ -16,6 +16,10 @@ from typing import Any
 
 SOLVERS = ("auto", "mincut", "rotor", "rotor_exact", "checkmate", "twremat")
 COMPILERS = ("inductor", "eager")
+# How Rotor, Checkmate and TWRemat cost the stages (fxremat/costmodel.py): "roofline" from
+# FLOPs and bytes; "measured" times the library kernels (matmuls, convolutions, attention)
+# on the device, cached on disk, and keeps the roofline for fused kernels.
+COST_MODELS = ("roofline", "measured")
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 _UNITS = {
@@ -97,6 +101,7 @@ class Options:
     compiler: str = "inductor"
     mode: str = "default"
     inductor: tuple[tuple[str, Any], ...] = ()
+    cost_model: str = "roofline"
 
     @classmethod
     def from_user(cls, options: dict[str, Any] | None = None, mode: str | None = None) -> "Options":
@@ -120,6 +125,9 @@ class Options:
         mode = options.get("mode", mode) or "default"
         if mode not in MODES:
             raise OptionError(f"mode={mode!r}: allowed values are {list(MODES)}")
+        cost_model = options.get("cost_model", "roofline")
+        if cost_model not in COST_MODELS:
+            raise OptionError(f"cost_model={cost_model!r}: allowed values are {list(COST_MODELS)}")
         inductor = options.get("inductor", {}) or {}
         if not isinstance(inductor, dict):
             raise OptionError(f"inductor={inductor!r}: expected a dict of torch._inductor.config settings")
@@ -138,6 +146,7 @@ class Options:
             compiler=compiler,
             mode=mode,
             inductor=tuple(sorted(inductor.items())),
+            cost_model=cost_model,
         )
 
     def cache_key(self) -> str:

@@ -289,6 +289,7 @@ class _Context:
     by_name: dict[str, fx.Node]
     input_names: set[str]
     banned: dict[str, str]
+    costs: dict[fx.Node, float] | None = None  # each op's estimated seconds (``_linearize``)
 
 
 def partition(
@@ -481,7 +482,11 @@ def _linearize(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.
 
     in_backward = {n.name for n in mincut_bwd.graph.nodes if n.op == "call_function"}
     backward = [n for n in ctx.joint.graph.nodes if n.name in in_backward]
-    cost = costmodel.node_costs(ctx.joint, _graph_device(ctx.joint))
+    if ctx.costs is None:  # once per graph: solver="auto" linearizes twice
+        device = _graph_device(ctx.joint)
+        timer = costmodel.OpTimer(device) if ctx.options.cost_model == "measured" else None
+        ctx.costs = costmodel.node_costs(ctx.joint, device, timer)
+    cost = ctx.costs
     lin = chain.linearize(ctx.joint, ctx.classes.forward, ctx.classes.required_forward, ctx.input_names, backward,
                           set(mincut_saved), cost, max_stages=max_stages, differentiable=_differentiable_inputs(ctx))
     return lin, cost
@@ -514,7 +519,8 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
                + sum(node_bytes(n) for n in joint.graph.nodes if _compat.is_tangent(n))
                + storage_bytes(lin.pinned, ctx.input_names))
     syms = [n for n in mincut_saved if _compat.is_sym_node(n)]
-    notes: dict[str, Any] = {"stages": len(lin.stages), "pinned_bytes": storage_bytes(lin.pinned, ctx.input_names)}
+    notes: dict[str, Any] = {"stages": len(lin.stages), "pinned_bytes": storage_bytes(lin.pinned, ctx.input_names),
+                             "cost_model": ctx.options.cost_model}
 
     def build(candidate: _Candidate) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
         sequence, makespan, kept_values = candidate

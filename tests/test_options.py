@@ -28,6 +28,7 @@ def test_parse_bytes(text, expected):
     ({"memory_budget": True}, "memory_budget"),
     ({"solver": "magic"}, "allowed values"),
     ({"compiler": "tvm"}, "compiler"),
+    ({"cost_model": "guess"}, "allowed values"),
     ({"inductor": {"no_such_setting": 1}}, "no_such_setting"),
 ])
 def test_bad_options_name_the_option_and_what_is_allowed(options, fragment):
@@ -45,7 +46,8 @@ def test_bad_option_raises_through_torch_compile():
 def test_cache_key_covers_every_plan_option():
     base = FxrematPartitioner(Options.from_user({})).uuid()
     variants = [{"memory_budget": 0.5}, {"memory_budget": "1GiB"}, {"solver": "mincut"},
-                {"compiler": "eager"}, {"inductor": {"max_autotune": True}}, {"mode": "max-autotune"}]
+                {"compiler": "eager"}, {"inductor": {"max_autotune": True}}, {"mode": "max-autotune"},
+                {"cost_model": "measured"}]
     keys = {FxrematPartitioner(Options.from_user(v)).uuid() for v in variants}
     assert base not in keys and len(keys) == len(variants)
     assert FxrematPartitioner(Options.from_user({})).uuid() == base  # stable

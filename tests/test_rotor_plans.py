@@ -1,6 +1,7 @@
 """Rotor under a memory budget, end to end (solver="auto"/"rotor")."""
 
 import copy
+import json
 
 import pytest
 import torch
@@ -70,6 +71,22 @@ def test_exact_dp_plans_are_correct_and_fit():
     assert plan.solver == "rotor_exact" and plan.sequence
     assert plan.predicted_peak_bytes <= plan.budget_bytes
     _assert_equal_to_eager(grads, model, batch)
+
+
+def test_measured_stage_costs_give_a_correct_plan_and_the_same_plan_again(tmp_path, monkeypatch):
+    """cost_model="measured": library kernels timed on the device, cached on disk; the
+    cache makes planning the same graph again give the same plan."""
+    monkeypatch.setenv("FXREMAT_CACHE_DIR", str(tmp_path))
+    options = {"memory_budget": 0.5, "solver": "rotor", "cost_model": "measured"}
+    grads, plan, (model, batch) = _grads_and_plan(models.make_deep_cnn, DEEP_CNN, options)
+    assert plan.notes["cost_model"] == "measured" and plan.predicted_peak_bytes <= plan.budget_bytes
+    _assert_equal_to_eager(grads, model, batch)
+    timed = json.loads((tmp_path / "measured_ops.json").read_text())
+    assert len(timed) >= 2  # convolution forward and backward kernels (same shapes share an entry)
+    _, again, _ = _grads_and_plan(models.make_deep_cnn, DEEP_CNN, options)
+    assert again.sequence == plan.sequence and again.cut_cost == plan.cut_cost
+    _, roofline, _ = _grads_and_plan(models.make_deep_cnn, DEEP_CNN, {**options, "cost_model": "roofline"})
+    assert roofline.cut_cost != plan.cut_cost  # the measured times were used
 
 
 def test_auto_uses_mincut_when_it_fits_and_rotor_otherwise():
