@@ -326,7 +326,7 @@ def _build(spec: dict, strategy: dict):
         # bytes (a peer's measured peak, or the least feasible budget) or a fraction
         budget = (int(strategy["budget_bytes"]) if strategy.get("budget_bytes") is not None
                   else float(strategy["budget"]))
-        options = {"memory_budget": budget, "solver": strategy.get("solver", "auto")}
+        options = {**spec.get("fx_options", {}), "memory_budget": budget, "solver": strategy.get("solver", "auto")}
         fn = torch.compile(model, backend="fxremat", options=options)
     elif kind == "rockmate":
         raise RuntimeError(rockmate_error(spec["device"]))
@@ -594,6 +594,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fx-min", action=argparse.BooleanOptionalAction, default=None,
                         help="fxremat_min: fxremat (solver auto) at its least feasible byte budget (default: on; "
                              "--no-fx-min: off)")
+    parser.add_argument("--fx-options", default="{}", type=json.loads, metavar="JSON",
+                        help="more fxremat options for every fxremat strategy, e.g. '{\"cost_model\": \"measured\"}' "
+                             "(recorded in the JSON's meta)")
     parser.add_argument("--solvers", default="auto,checkmate,twremat",
                         help="fxremat solvers; those fxremat.Options rejects are recorded as skipped")
     parser.add_argument("--solver-budgets", default=None,
@@ -652,6 +655,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python bench/frontier.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         "device": args.device, "dtype": args.dtype, "scale": args.scale, "threads": args.threads,
+        "fx_options": args.fx_options,
         "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds, "cache": args.cache, "jobs": args.jobs,
         "loadavg_start": list(os.getloadavg()), "machine": _machine(), "git": _git(),
         "rockmate": ROCKMATE_NOT_RUN,
@@ -751,7 +755,8 @@ def run_model(model_name: str, strategies: list[dict], args, shared_cache: str) 
             print(f"{model_name:10s} {strategy['name']:22s} skipped: {reason[:100]}", flush=True)
             continue
         spec = {"model": model_name, "scale": args.scale, "device": args.device, "dtype": args.dtype,
-                "threads": args.threads, "warmup": args.warmup, "steps": args.steps, "strategy": strategy}
+                "threads": args.threads, "warmup": args.warmup, "steps": args.steps, "strategy": strategy,
+                "fx_options": args.fx_options}
         pending.append((row, spec))
     by_name = {r["name"]: r for r in rows}
 
