@@ -458,6 +458,7 @@ _Candidate = tuple  # (sequence: list[rotor.Op], makespan: float, kept: list[fx.
 # Checkmate ILP has O(n^2) binaries for n = 3 x stages nodes; beyond its limit (or a
 # linearization that did not get down to it) it falls back to two-phase LP rounding.
 MAX_STAGES = {"rotor": 64, "rotor_exact": 24, "checkmate": 16, "twremat": 32}
+CHAIN_SOLVERS = ("rotor", "rotor_exact")  # merge by time plus memory (chain.linearize's weigh_memory)
 CHECKMATE_ILP_MAX_STAGES = MAX_STAGES["checkmate"]  # the merge gets there unless it cannot
 CHECKMATE_TIME_LIMIT = 20.0  # seconds per ILP solve; stopping early is noted in the plan
 LEAST_LADDER = 4  # model budgets probed above the least one when its plan does not fit
@@ -474,10 +475,12 @@ def _differentiable_inputs(ctx: _Context) -> set[fx.Node] | None:
     return {p for p, g in zip(primals, grads) if g is not None}
 
 
-def _linearize(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node], max_stages: int):
+def _linearize(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node], max_stages: int,
+               weigh_memory: bool = False):
     """The joint graph's chain of stages (fxremat/chain.py) around the min-cut plan, and
     each op's estimated seconds (``costmodel.node_costs``: Inductor-like kernels on the
-    device the graph runs on), which cost the stages."""
+    device the graph runs on), which cost the stages. ``weigh_memory``: stages of
+    similar time plus memory, for the chain solvers (``chain.linearize``)."""
     from . import chain, costmodel
 
     in_backward = {n.name for n in mincut_bwd.graph.nodes if n.op == "call_function"}
@@ -488,7 +491,8 @@ def _linearize(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.
         ctx.costs = costmodel.node_costs(ctx.joint, device, timer)
     cost = ctx.costs
     lin = chain.linearize(ctx.joint, ctx.classes.forward, ctx.classes.required_forward, ctx.input_names, backward,
-                          set(mincut_saved), cost, max_stages=max_stages, differentiable=_differentiable_inputs(ctx))
+                          set(mincut_saved), cost, max_stages=max_stages, differentiable=_differentiable_inputs(ctx),
+                          weigh_memory=weigh_memory)
     return lin, cost
 
 
@@ -510,7 +514,8 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
     from .passes.schedule import memory_lower_bound, no_remat, simulate
 
     joint, classes = ctx.joint, ctx.classes
-    lin, cost = _linearize(ctx, mincut_bwd, mincut_saved, max_stages or MAX_STAGES[solver])
+    lin, cost = _linearize(ctx, mincut_bwd, mincut_saved, max_stages or MAX_STAGES[solver],
+                           weigh_memory=solver in CHAIN_SOLVERS)
     # Memory outside the chain, counted as alive throughout (an upper bound): the
     # forward's outputs, the parameter gradients, the tangents and the pinned values.
     gradients = [n for n in classes.bwd_outputs if isinstance(n, fx.Node)]
