@@ -597,6 +597,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fx-options", default="{}", type=json.loads, metavar="JSON",
                         help="more fxremat options for every fxremat strategy, e.g. '{\"cost_model\": \"measured\"}' "
                              "(recorded in the JSON's meta)")
+    parser.add_argument("--sizes", default="{}", type=json.loads, metavar="JSON",
+                        help="size overrides per model over the scale's, e.g. '{\"gpt2\": {\"layers\": 12}}' "
+                             "(each row records its sizes)")
     parser.add_argument("--solvers", default="auto,checkmate,twremat",
                         help="fxremat solvers; those fxremat.Options rejects are recorded as skipped")
     parser.add_argument("--solver-budgets", default=None,
@@ -727,7 +730,7 @@ def run_model(model_name: str, strategies: list[dict], args, shared_cache: str) 
     rows = []
     base = {"model": model_name, "scale": args.scale, "device": args.device, "dtype": args.dtype}
     try:  # the model's sizes, and whether it builds at all (transformers missing...)
-        fm = frontier_models.build(model_name, args.scale)
+        fm = frontier_models.build(model_name, args.scale, args.sizes.get(model_name))
         base["sizes"] = fm.sizes
         base["blocks"] = len(fm.blocks)
         del fm
@@ -755,6 +758,7 @@ def run_model(model_name: str, strategies: list[dict], args, shared_cache: str) 
             print(f"{model_name:10s} {strategy['name']:22s} skipped: {reason[:100]}", flush=True)
             continue
         spec = {"model": model_name, "scale": args.scale, "device": args.device, "dtype": args.dtype,
+                "overrides": args.sizes.get(model_name),
                 "threads": args.threads, "warmup": args.warmup, "steps": args.steps, "strategy": strategy,
                 "fx_options": args.fx_options}
         pending.append((row, spec))
