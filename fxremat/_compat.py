@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.fx as fx
@@ -266,6 +266,38 @@ def _segments(snode) -> set[int]:
 def _fuses_across_segments(node1, node2) -> bool:
     s1, s2 = _segments(node1), _segments(node2)
     return bool(s1) and bool(s2) and s1 != s2
+
+
+class ScheduledNode(NamedTuple):
+    segments: set[int]  # fxremat segments of the FX nodes it was lowered from
+    writes: set[str]  # buffer names
+    reads: set[str]
+
+
+def scheduled_nodes():
+    """Context manager yielding a list that gets, for each graph Inductor generates code
+    for within it, its scheduler nodes (``ScheduledNode``) in the order they will run
+    (after fusion and every reordering pass). Tests check with it that Inductor keeps
+    the order fxremat emitted."""
+    import contextlib
+    import unittest.mock
+
+    from torch._inductor import scheduler
+
+    @contextlib.contextmanager
+    def recording():
+        graphs: list[list[ScheduledNode]] = []
+        original = scheduler.Scheduler.codegen
+
+        def codegen(self, *args, **kwargs):
+            graphs.append([ScheduledNode(_segments(n), set(n.get_buffer_names()),
+                                         {dep.name for dep in n.read_writes.reads}) for n in self.nodes])
+            return original(self, *args, **kwargs)
+
+        with unittest.mock.patch.object(scheduler.Scheduler, "codegen", codegen):
+            yield graphs
+
+    return recording()
 
 
 _fusion_guard_installed = False
