@@ -460,7 +460,12 @@ _Candidate = tuple  # (sequence: list[rotor.Op], makespan: float, kept: list[fx.
 MAX_STAGES = {"rotor": 64, "rotor_exact": 24, "checkmate": 16, "twremat": 32}
 CHAIN_SOLVERS = ("rotor", "rotor_exact")  # merge by time plus memory (chain.linearize's weigh_memory)
 CHECKMATE_ILP_MAX_STAGES = MAX_STAGES["checkmate"]  # the merge gets there unless it cannot
-CHECKMATE_TIME_LIMIT = 20.0  # seconds per ILP solve; stopping early is noted in the plan
+# Each ILP solve stops after this many branch-and-bound nodes: the same incumbent on any
+# machine, so the same plan (a wall-clock limit stopped the U-Net's solves at different
+# incumbents under load). The time limit is only a safety net; stopping early (either
+# way) is noted in the plan.
+CHECKMATE_NODE_LIMIT = 500
+CHECKMATE_TIME_LIMIT = 120.0
 LEAST_LADDER = 4  # model budgets probed above the least one when its plan does not fit
 AUTO_CHECKMATE_MAX_STAGES = 8  # solver="auto" tries Checkmate's ILP only on DAGs this small (fast)
 
@@ -620,6 +625,7 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
             try:
                 if use_ilp:
                     sol = checkmate.solve(graph.problem, model_budget, time_limit=CHECKMATE_TIME_LIMIT,
+                                          node_limit=CHECKMATE_NODE_LIMIT,
                                           report_min_budget=False)
                 else:
                     sol = checkmate.solve_lp(graph.problem, model_budget, time_limit=CHECKMATE_TIME_LIMIT)
@@ -632,7 +638,8 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
             return (stage_graph.to_sequence(graph, computes), sol.cost,
                     stage_graph.kept_after_forward(graph, computes))
 
-        lower, upper, _ = checkmate.min_budget(graph.problem, time_limit=CHECKMATE_TIME_LIMIT)
+        lower, upper, _ = checkmate.min_budget(graph.problem, time_limit=CHECKMATE_TIME_LIMIT,
+                                               node_limit=CHECKMATE_NODE_LIMIT)
         least_model = upper if upper is not None else max(lower, memory_lower_bound(graph.problem))
         most_model = simulate(graph.problem, no_remat(graph.problem)).peak_bytes
         slack = (1.0, 1.01, 1.05, 1.2)

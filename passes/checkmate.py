@@ -295,10 +295,13 @@ class _Model:
         self.lo = np.array(lo_)
         self.hi = np.array(hi_)
 
-    def run(self, *, integral: bool, time_limit: float | None, mip_rel_gap: float = 0.0):
+    def run(self, *, integral: bool, time_limit: float | None, mip_rel_gap: float = 0.0,
+            node_limit: int | None = None):
         options = {"disp": False, "presolve": True}
         if time_limit is not None:
             options["time_limit"] = float(time_limit)
+        if node_limit is not None and integral:
+            options["node_limit"] = int(node_limit)
         if integral:
             options["mip_rel_gap"] = float(mip_rel_gap)
         start = time.perf_counter()
@@ -379,11 +382,14 @@ def _empty(budget: float, method: str) -> CheckmateSolution:
 
 
 def solve(problem: RematProblem, budget: float, *, time_limit: float | None = 60.0,
-          mip_rel_gap: float = 0.0, report_min_budget: bool = True) -> CheckmateSolution:
+          mip_rel_gap: float = 0.0, report_min_budget: bool = True,
+          node_limit: int | None = None) -> CheckmateSolution:
     """The Checkmate ILP: the cheapest staged schedule with peak <= ``budget`` bytes.
 
-    Returns the incumbent even when HiGHS stops at ``time_limit`` (``stopped_early``,
-    ``bound``, ``gap`` say how far from proven it is). Raises InfeasibleBudget when no
+    Returns the incumbent even when HiGHS stops at ``time_limit`` or after ``node_limit``
+    branch-and-bound nodes (``stopped_early``, ``bound``, ``gap`` say how far from proven
+    it is). A node limit stops at the same incumbent on any machine, a time limit does
+    not: reproducible plans need the node limit to be the one that binds. Raises InfeasibleBudget when no
     staged schedule fits -- with the smallest budget that does, from :func:`min_budget`
     (a second ILP, under the same time limit), unless ``report_min_budget`` is false --
     and NoScheduleFound when the time ran out before any schedule was found.
@@ -398,7 +404,7 @@ def solve(problem: RematProblem, budget: float, *, time_limit: float | None = 60
     model_budget, seconds = budget, 0.0
     for _ in range(3):
         model = _Model(problem, model_budget)
-        res, took = model.run(integral=True, time_limit=time_limit, mip_rel_gap=mip_rel_gap)
+        res, took = model.run(integral=True, time_limit=time_limit, mip_rel_gap=mip_rel_gap, node_limit=node_limit)
         seconds += took
         if res.status == 2:
             raise _infeasible(problem, budget, time_limit, f"budget {budget:g} bytes is infeasible for staged "
@@ -661,7 +667,7 @@ def solve_lp(problem: RematProblem, budget: float, *,
         R=R, S=S)
 
 
-def min_budget(problem: RematProblem, *, time_limit: float | None = 60.0
+def min_budget(problem: RematProblem, *, time_limit: float | None = 60.0, node_limit: int | None = None
                ) -> tuple[float, float | None, bool]:
     """The smallest peak of a staged schedule (the same ILP, minimizing the peak).
 
@@ -672,7 +678,7 @@ def min_budget(problem: RematProblem, *, time_limit: float | None = 60.0
     if not problem.needed:
         return 0.0, 0.0, True
     model = _Model(problem, None)
-    res, _ = model.run(integral=True, time_limit=time_limit)
+    res, _ = model.run(integral=True, time_limit=time_limit, node_limit=node_limit)
     lower = float(memory_lower_bound(problem))
     if res.x is None:
         return lower, None, False

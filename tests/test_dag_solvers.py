@@ -66,8 +66,8 @@ def test_auto_says_why_it_chose_its_solver():
 
 
 def test_same_graph_and_options_give_the_same_plan():
-    # (Checkmate's ILP is reproducible while it finishes within its time limit; an
-    # incumbent cut off by the clock may differ between runs -- Plan.notes say so.)
+    # (Checkmate's ILP stops at a node limit, not a clock, so that a loaded machine
+    # gets the same incumbent; only its 120 s safety limit could differ.)
     first = _run(models.make_unet, UNET, {"memory_budget": 0.85, "solver": "checkmate"})
     second = _run(models.make_unet, UNET, {"memory_budget": 0.85, "solver": "checkmate"})
     assert first.sequence == second.sequence and first.saved == second.saved
