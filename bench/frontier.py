@@ -13,7 +13,10 @@ as ``fxremat/harness.py`` does: on CPU the peak of bytes allocated above what wa
 step began, from the PyTorch profiler's allocation events (``fxremat.measure``), and the rise
 of the peak RSS over a second such step with glibc's ``MALLOC_MMAP_THRESHOLD_`` pinned; on
 CUDA ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` less what was
-allocated before the step. Then it times ``--steps`` warm steps (median). Inputs
+allocated before the step. Then it sets glibc's thresholds to where they settle in an
+unpinned process (``fxremat.harness.release_malloc_pin``: under the pinned 64 KiB threshold
+every tensor is freshly mapped and faulted in each step, +20-40% step time) and times
+``--steps`` warm steps (median). Inputs
 (parameters, buffers, the batch) are not part of the peak: the budget definition of the README.
 
 The measuring processes then stay alive (idle), and once all of a model's strategies are
@@ -390,7 +393,7 @@ def _measure(spec: dict) -> dict:
 
     import fxremat
     from fxremat import _compat
-    from fxremat.harness import measure_memory
+    from fxremat.harness import measure_memory, release_malloc_pin
 
     strategy = spec["strategy"]
     model, fn, batch, ctx, device = _build(spec, strategy)
@@ -420,6 +423,8 @@ def _measure(spec: dict) -> dict:
                 first_loss = float(loss.detach())
     result: dict[str, Any] = {"loss": first_loss, "warmup_s": warmup_s,
                               **measure_memory(model, batch, step, device)}
+    # The pinned mmap threshold was for the RSS figure: time with glibc as it settles unpinned.
+    result["malloc_unpinned"] = release_malloc_pin()
 
     timed_step()  # one untimed step after the profiler
     times = [timed_step() for _ in range(spec["steps"])]
@@ -666,7 +671,8 @@ def main(argv: list[str] | None = None) -> None:
             "peak": "CPU: profiler allocation events over one forward+backward step, grads set to None before it, "
                     "bytes above what was live at its start (fxremat.measure.measure_peak_bytes); CUDA: "
                     "max_memory_allocated after reset_peak_memory_stats less memory_allocated before. "
-                    "Fresh process per measurement, MALLOC_MMAP_THRESHOLD_=65536.",
+                    "Fresh process per measurement, MALLOC_MMAP_THRESHOLD_=65536 for the memory step, "
+                    "glibc's settled thresholds (mmap 32 MiB, trim 64 MiB) for timing.",
             "rss": "rise of VmHWM (reset through /proc/self/clear_refs) over a second step, CPU only",
             "step_ms": "median of warm steps: step_ms_interleaved (the measuring processes of a model's strategies "
                        "kept alive and visited in shuffled rounds, one at a time) when present, else "

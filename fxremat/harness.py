@@ -33,6 +33,28 @@ import sys
 from typing import Any
 
 MMAP_THRESHOLD = 64 * 1024
+# glibc's dynamic mmap threshold tops out at 32 MiB (64-bit), with the trim threshold at
+# twice that: after a few steps an unpinned training process serves its tensors from the
+# heap. Timing under the pinned 64 KiB threshold instead maps and faults in fresh pages for
+# every tensor, every step: +20-40% step time on the CPU benchmarks, more for plans that
+# allocate more (recomputation), which skews comparisons.
+_MMAP_THRESHOLD_MAX = 32 * 2**20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
+
+
+def release_malloc_pin() -> bool:
+    """After the RSS measurement, before timing: set glibc's thresholds to where its dynamic
+    adjustment settles (mmap 32 MiB, trim 64 MiB), undoing ``MALLOC_MMAP_THRESHOLD_``.
+    False where there is no glibc ``mallopt`` (nothing pinned there either)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) and mallopt(_M_TRIM_THRESHOLD, 2 * _MMAP_THRESHOLD_MAX))
 
 
 def measure_step(model: str, backend: str = "fxremat", options: dict | None = None, *, device: str = "cpu",
@@ -129,6 +151,7 @@ def _child(spec: dict) -> dict:
     if spec.get("time_steps"):
         import statistics
 
+        release_malloc_pin()  # time as an unpinned process runs
         from fxremat.measure import time_steps
 
         def train_step():
