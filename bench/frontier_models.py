@@ -34,6 +34,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from fxremat.models import Bottleneck  # the ResNet block the tests use too
+
 SCALES = ("tiny", "small", "gpu")
 HF_MODELS = ("gpt2", "bert", "llama")
 MODELS = ("gpt2", "bert", "llama", "resnet50", "resnet101", "unet", "vit", "mlp")
@@ -173,29 +175,6 @@ def make_llama(layers, dim, heads, kv_heads, ffn, seq, batch, vocab) -> Frontier
 
 
 # --- ResNet ---------------------------------------------------------------------------------
-
-
-class Bottleneck(nn.Module):
-    expansion = 4
-
-    def __init__(self, inplanes: int, planes: int, stride: int = 1):
-        super().__init__()
-        out = planes * self.expansion
-        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.conv3 = nn.Conv2d(planes, out, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(out)
-        self.down = None
-        if stride != 1 or inplanes != out:
-            self.down = nn.Sequential(nn.Conv2d(inplanes, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
-
-    def forward(self, x):
-        h = F.relu(self.bn1(self.conv1(x)))
-        h = F.relu(self.bn2(self.conv2(h)))
-        h = self.bn3(self.conv3(h))
-        return F.relu(h + (x if self.down is None else self.down(x)))
 
 
 class ResNet(nn.Module):

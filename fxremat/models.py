@@ -177,6 +177,32 @@ class InplaceNet(nn.Module):
         return F.mse_loss(g, y)
 
 
+class Bottleneck(nn.Module):
+    """A ResNet-50 bottleneck block: 1x1, 3x3 (stride), 1x1 convolutions with batch norms,
+    and a 1x1 downsample branch when the shape changes."""
+
+    expansion = 4
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1):
+        super().__init__()
+        out = planes * self.expansion
+        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(out)
+        self.down = None
+        if stride != 1 or inplanes != out:
+            self.down = nn.Sequential(nn.Conv2d(inplanes, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = F.relu(self.bn2(self.conv2(h)))
+        h = self.bn3(self.conv3(h))
+        return F.relu(h + (x if self.down is None else self.down(x)))
+
+
 class UNet(nn.Module):
     """A small U-Net: each encoder level's output is carried across the bottleneck
     to the decoder level of the same resolution (long skips)."""

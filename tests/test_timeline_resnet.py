@@ -30,6 +30,7 @@ import torch.nn.functional as F
 import fxremat
 from fxremat import _compat
 from fxremat.measure import measure_peak_bytes
+from fxremat.models import Bottleneck
 from fxremat.timeline import predict, relaid_inputs
 from conftest import aten_graph
 
@@ -108,30 +109,12 @@ def test_convolution_temporaries_are_weight_sized():
 # --- end to end: a small bottleneck ResNet under Inductor ---------------------------------
 
 
-class _Bottleneck(nn.Module):
-    def __init__(self, inplanes, planes, stride):
-        super().__init__()
-        out = planes * 4
-        self.conv1, self.bn1 = nn.Conv2d(inplanes, planes, 1, bias=False), nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.conv3, self.bn3 = nn.Conv2d(planes, out, 1, bias=False), nn.BatchNorm2d(out)
-        self.down = None
-        if stride != 1 or inplanes != out:
-            self.down = nn.Sequential(nn.Conv2d(inplanes, out, 1, stride=stride, bias=False), nn.BatchNorm2d(out))
-
-    def forward(self, x):
-        h = F.relu(self.bn1(self.conv1(x)))
-        h = F.relu(self.bn2(self.conv2(h)))
-        return F.relu(self.bn3(self.conv3(h)) + (x if self.down is None else self.down(x)))
-
-
 class _SmallResNet(nn.Module):
     def __init__(self, width=16):
         super().__init__()
         self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
         # identity blocks only: see the module docstring for what a downsample branch adds
-        self.blocks = nn.Sequential(_Bottleneck(width, width // 4, 1), _Bottleneck(width, width // 4, 1))
+        self.blocks = nn.Sequential(Bottleneck(width, width // 4, 1), Bottleneck(width, width // 4, 1))
         self.fc = nn.Linear(width, 10)
 
     def forward(self, x, y):
