@@ -8,6 +8,7 @@ Checked on torch 2.9 (the floor: ``custom_partitioner_fn`` arrived after the
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import re
@@ -274,30 +275,26 @@ class ScheduledNode(NamedTuple):
     reads: set[str]
 
 
+@contextlib.contextmanager
 def scheduled_nodes():
-    """Context manager yielding a list that gets, for each graph Inductor generates code
-    for within it, its scheduler nodes (``ScheduledNode``) in the order they will run
-    (after fusion and every reordering pass). Tests check with it that Inductor keeps
-    the order fxremat emitted."""
-    import contextlib
+    """Yields a list that gets, for each graph Inductor generates code for within the
+    context, its scheduler nodes (``ScheduledNode``) in the order they will run (after
+    fusion and every reordering pass). Tests check with it that Inductor keeps the order
+    fxremat emitted."""
     import unittest.mock
 
     from torch._inductor import scheduler
 
-    @contextlib.contextmanager
-    def recording():
-        graphs: list[list[ScheduledNode]] = []
-        original = scheduler.Scheduler.codegen
+    graphs: list[list[ScheduledNode]] = []
+    original = scheduler.Scheduler.codegen
 
-        def codegen(self, *args, **kwargs):
-            graphs.append([ScheduledNode(_segments(n), set(n.get_buffer_names()),
-                                         {dep.name for dep in n.read_writes.reads}) for n in self.nodes])
-            return original(self, *args, **kwargs)
+    def codegen(self, *args, **kwargs):
+        graphs.append([ScheduledNode(_segments(n), set(n.get_buffer_names()),
+                                     {dep.name for dep in n.read_writes.reads}) for n in self.nodes])
+        return original(self, *args, **kwargs)
 
-        with unittest.mock.patch.object(scheduler.Scheduler, "codegen", codegen):
-            yield graphs
-
-    return recording()
+    with unittest.mock.patch.object(scheduler.Scheduler, "codegen", codegen):
+        yield graphs
 
 
 _fusion_guard_installed = False

@@ -23,7 +23,7 @@ bytes are inputs read plus outputs written, views free; time =
 pointwise, reductions, copies) joined to their fusible producers form one kernel, as
 Inductor fuses them; compute-intensive and unfusible ops are kernels of their own (library
 calls). A kernel moves its external reads (each storage once) plus the values it
-materializes (``timeline.fused_away`` says which it never writes; a value another kernel
+materializes (``timeline.Inlining`` says which it never writes; a value another kernel
 reads is written), so a chain of pointwise ops moves its bytes once; it costs its roofline
 time plus one launch overhead.
 
@@ -64,7 +64,7 @@ import torch.fx as fx
 
 from . import oplib
 from .sizes import _hint, flat_tensors, node_bytes, tensor_bytes
-from .timeline import _Inlining
+from .timeline import Inlining
 
 aten = torch.ops.aten
 
@@ -606,19 +606,19 @@ def _readers(node: fx.Node) -> list[fx.Node]:
     return found
 
 
-def written(node: fx.Node, group: list[fx.Node] | set[fx.Node], inlining: _Inlining | None = None) -> bool:
+def written(node: fx.Node, group: list[fx.Node] | set[fx.Node], inlining: Inlining | None = None) -> bool:
     """Does the kernel ``group`` write ``node``'s value to memory? Unless Inductor fuses
-    it away (``timeline.fused_away``), or, when the kernel is that one op alone, always;
+    it away (``timeline.Inlining``), or, when the kernel is that one op alone, always;
     and always when a reader lies outside the kernel (it reads it from memory).
     ``inlining``: the graph's memo of those choices (one per graph: each decision walks
     the value's inlined inputs, so a fresh memo per call is quadratic on a long graph)."""
-    if len(group) == 1 or not (inlining or _Inlining()).fused_away(node):
+    if len(group) == 1 or not (inlining or Inlining()).fused_away(node):
         return True
     return any(r not in group for r in _readers(node))
 
 
 def _group_traffic(group: list[fx.Node], inlined: set[fx.Node] = frozenset(),
-                   inlining: _Inlining | None = None) -> tuple[int, int]:
+                   inlining: Inlining | None = None) -> tuple[int, int]:
     """(bytes read from outside the kernel, each storage once; bytes the kernel writes).
     Values in ``inlined`` are computed inside the kernel: nothing to read."""
     members = set(group)
@@ -643,7 +643,7 @@ def _kind(group: list[fx.Node]) -> str:
 
 def estimate_group(group: list[fx.Node], profile: DeviceProfile, tf32: bool | None = None,
                    timer: "OpTimer | None" = None, inlined: set[fx.Node] = frozenset(),
-                   inlining: _Inlining | None = None) -> KernelEstimate:
+                   inlining: Inlining | None = None) -> KernelEstimate:
     """One kernel's estimate; ``inlined``: constants it computes itself (``inlined_constants``);
     ``inlining``: the graph's store-or-inline memo (``written``)."""
     kind = _kind(group)
@@ -665,7 +665,7 @@ def estimate_graph(gm: fx.GraphModule, profile: DeviceProfile | str | None = Non
     tensor cores (default: ``torch.get_float32_matmul_precision() != "highest"``).
     ``timer``: measure kernels instead (``OpTimer``)."""
     profile = profile_for(profile)
-    inlined, inlining = inlined_constants(gm), _Inlining()
+    inlined, inlining = inlined_constants(gm), Inlining()
     kernels = [estimate_group(g, profile, tf32, timer, inlined, inlining) for g in kernel_groups(gm)]
     if timer is not None:
         timer.save()
@@ -679,7 +679,7 @@ def node_costs(gm: fx.GraphModule, profile: DeviceProfile | str | None = None,
     on a joint graph to cost Rotor's stages: a stage pays for the kernels it runs.
     ``timer``: measure the kernels it covers (``OpTimer``) instead of the roofline."""
     profile = profile_for(profile)
-    inlined, inlining = inlined_constants(gm), _Inlining()
+    inlined, inlining = inlined_constants(gm), Inlining()
     costs: dict[fx.Node, float] = {}
     for group in kernel_groups(gm):
         seconds = estimate_group(group, profile, timer=timer, inlined=inlined, inlining=inlining).seconds

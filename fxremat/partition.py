@@ -330,7 +330,7 @@ def partition(
     target = budget if budget is not None else plan.predicted_peak_bytes
     # Planning builds many candidate graphs: their Python code is made only for the one
     # that runs.
-    staged = options.solver in ("rotor", "rotor_exact", "checkmate", "twremat")
+    staged = options.solver in MAX_STAGES  # a staged solver was asked for
     if staged or over:
         mincut_result = fwd, bwd, plan
         try:

@@ -47,7 +47,7 @@ _HEAVY_ON_CPU = frozenset({"exp", "exp2", "log", "log10", "log1p", "log2", "sigm
                            "softplus", "mish", "logit"})
 
 
-class _Inlining:
+class Inlining:
     """Inductor's store-or-inline choice for the values of one graph (memoized).
 
     Inductor inlines a pointwise value into every kernel that reads it, so it is never
@@ -117,12 +117,6 @@ class _Inlining:
         return True, loads, ops, heavy
 
 
-def fused_away(node: fx.Node) -> bool:
-    """Will Inductor compute this value inside its readers' kernels, never writing it to
-    memory? (``_Inlining``; for many nodes of one graph, use one ``_Inlining``.)"""
-    return _Inlining().fused_away(node)
-
-
 _MM = torch.ops.aten.mm.default
 _ADD = torch.ops.aten.add.Tensor
 
@@ -181,13 +175,13 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     placeholder to the storage it arrives in. Inputs in ``relaid`` are copied to a new
     layout before their first use (Inductor's channels-last convolutions): the copy
     is allocated there, and it is what the graph hands on if the input is saved.
-    With ``fusion``, values Inductor fuses away (``fused_away``) allocate nothing and
+    With ``fusion``, values Inductor fuses away (``Inlining.fused_away``) allocate nothing and
     their readers keep alive what they were computed from instead."""
     storage: dict[fx.Node, str | None] = {}
     needs: dict[fx.Node, frozenset[str]] = {}  # storages that reading the node's value touches
     steps: list[Step] = []
     pending_copies = [n for n in gm.graph.find_nodes(op="placeholder") if n.name in relaid]
-    inlining = _Inlining()
+    inlining = Inlining()
     addmms = {n: mm for n in gm.graph.find_nodes(op="call_function", target=_ADD) if fusion
               for mm in [folded_mm(n)] if mm is not None}
     folded = set(addmms.values())
