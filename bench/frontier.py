@@ -600,8 +600,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="fxremat_min: fxremat (solver auto) at its least feasible byte budget (default: on; "
                              "--no-fx-min: off)")
     parser.add_argument("--fx-options", default="{}", type=json.loads, metavar="JSON",
-                        help="more fxremat options for every fxremat strategy, e.g. '{\"cost_model\": \"measured\"}' "
-                             "(recorded in the JSON's meta)")
+                        help="fxremat options for every fxremat strategy, e.g. '{\"cost_model\": \"measured\"}' "
+                             "(recorded in the JSON's meta), over the default hold_outputs false: every strategy's step "
+                             "keeps only the loss (a Hugging Face model's logits die after its loss graph)")
     parser.add_argument("--sizes", default="{}", type=json.loads, metavar="JSON",
                         help="size overrides per model over the scale's, e.g. '{\"gpt2\": {\"layers\": 12}}' "
                              "(each row records its sizes)")
@@ -626,6 +627,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--summarize", default=None, metavar="JSON",
                         help="only rebuild summary.md and the plots from a frontier.json")
     args = parser.parse_args(argv)
+    args.fx_options = {"hold_outputs": False, **args.fx_options}
 
     if args.summarize:
         with open(args.summarize) as f:

@@ -102,6 +102,11 @@ class Options:
     mode: str = "default"
     inductor: tuple[tuple[str, Any], ...] = ()
     cost_model: str = "roofline"
+    # Does the caller hold the compiled forward's outputs until its backward has run? True
+    # (``out = model(x); out.loss.backward()`` keeps ``out.logits``): the plan counts them
+    # through the backward. False (the step keeps only the loss): they count until the
+    # forward returns, and the budget can buy that much more activation memory.
+    hold_outputs: bool = True
 
     @classmethod
     def from_user(cls, options: dict[str, Any] | None = None, mode: str | None = None) -> "Options":
@@ -128,6 +133,9 @@ class Options:
         cost_model = options.get("cost_model", "roofline")
         if cost_model not in COST_MODELS:
             raise OptionError(f"cost_model={cost_model!r}: allowed values are {list(COST_MODELS)}")
+        hold_outputs = options.get("hold_outputs", True)
+        if not isinstance(hold_outputs, bool):
+            raise OptionError(f"hold_outputs={hold_outputs!r}: expected True or False")
         inductor = options.get("inductor", {}) or {}
         if not isinstance(inductor, dict):
             raise OptionError(f"inductor={inductor!r}: expected a dict of torch._inductor.config settings")
@@ -147,6 +155,7 @@ class Options:
             mode=mode,
             inductor=tuple(sorted(inductor.items())),
             cost_model=cost_model,
+            hold_outputs=hold_outputs,
         )
 
     def cache_key(self) -> str:

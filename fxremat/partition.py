@@ -51,9 +51,10 @@ class BudgetError(ValueError):
 
 
 class BudgetWarning(UserWarning):
-    """A fraction budget that a compiled graph cannot reach at all: no plan predicts
-    meaningfully less than its unconstrained one (a loss computed in a graph of its own,
-    after a graph break). The graph keeps that plan; the other graphs get the fraction."""
+    """The budget may not hold as asked: a fraction budget that a compiled graph cannot
+    reach at all (no plan predicts meaningfully less than its unconstrained one: a loss
+    computed in a graph of its own, after a graph break; the graph keeps that plan, the
+    other graphs get the fraction), or Inductor settings that keep memory the plan frees."""
 
 
 # A graph whose least-memory plan predicts at least this fraction of its min-cut plan has
@@ -432,7 +433,8 @@ def _plan(ctx: _Context, solver: str, fwd: fx.GraphModule, bwd: fx.GraphModule, 
         recomputed = [{"name": n.name, "op": str(n.target)} for n in bwd.graph.nodes
                       if n.op == "call_function" and n.name in fwd_names]
     inductor = ctx.options.compiler == "inductor"
-    timeline = predict(fwd, bwd, ctx.num_fwd_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor)
+    timeline = predict(fwd, bwd, ctx.num_fwd_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor,
+                       hold_outputs=ctx.options.hold_outputs)
     return Plan(
         graph_id=ctx.graph_id,
         solver=solver,
@@ -612,8 +614,11 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
                 return None
             return solution.sequence, solution.makespan, chain.kept_after_forward(lin, solution.sequence)
 
-        least_model = rotor.min_budget(rchain, persistent=persistent)
-        most_model = rotor.solve(rchain, 1e30, persistent=persistent).peak  # keeps every stage: more never helps
+        # A chain whose every byte lives outside it (one linear layer) needs a budget of 0,
+        # which the DP does not take: ask for one byte.
+        least_model = max(rotor.min_budget(rchain, persistent=persistent), 1.0)
+        # keeps every stage: more never helps
+        most_model = max(rotor.solve(rchain, 1e30, persistent=persistent).peak, least_model)
         slack = (1.0001, 1.01, 1.03, 1.1)  # the DP rounds sizes up into bins
     else:  # checkmate
         graph = stage_graph.build(lin, cost, ctx.input_names, tied=True)

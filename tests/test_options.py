@@ -30,6 +30,7 @@ def test_parse_bytes(text, expected):
     ({"compiler": "tvm"}, "compiler"),
     ({"cost_model": "guess"}, "allowed values"),
     ({"inductor": {"no_such_setting": 1}}, "no_such_setting"),
+    ({"hold_outputs": "no"}, "True or False"),
 ])
 def test_bad_options_name_the_option_and_what_is_allowed(options, fragment):
     with pytest.raises(OptionError, match=None) as err:
@@ -47,7 +48,7 @@ def test_cache_key_covers_every_plan_option():
     base = FxrematPartitioner(Options.from_user({})).uuid()
     variants = [{"memory_budget": 0.5}, {"memory_budget": "1GiB"}, {"solver": "mincut"},
                 {"compiler": "eager"}, {"inductor": {"max_autotune": True}}, {"mode": "max-autotune"},
-                {"cost_model": "measured"}]
+                {"cost_model": "measured"}, {"hold_outputs": False}]
     keys = {FxrematPartitioner(Options.from_user(v)).uuid() for v in variants}
     assert base not in keys and len(keys) == len(variants)
     assert FxrematPartitioner(Options.from_user({})).uuid() == base  # stable
@@ -124,6 +125,46 @@ def test_a_fraction_applies_to_the_graphs_that_can_reach_it_when_the_loss_graph_
     assert loss.notes["budget_unreachable"] and len(caught) == 1 and loss.graph_id in str(caught[0].message)
     for p, e in zip(model.parameters(), expected):
         torch.testing.assert_close(p.grad, e, rtol=1e-12, atol=1e-12)
+
+
+def test_a_graph_with_nothing_inside_its_chain_takes_a_fraction_with_a_warning():
+    # One linear layer: every byte its backward needs is an input or a gradient, so the
+    # Rotor chain holds nothing (a model budget of 0, which the DP once rejected).
+    model = torch.nn.Linear(4, 4).double()
+    x = torch.randn(2, 4, dtype=torch.float64)
+    f = torch.compile(model, backend="fxremat", options={"compiler": "eager", "memory_budget": 0.5})
+    with pytest.warns(fxremat.BudgetWarning, match="cannot apply to this graph"):
+        f(x).sum().backward()
+    assert fxremat.inspect.plans()[-1].notes["budget_unreachable"]
+    assert torch.equal(model.bias.grad, torch.full((4,), 2.0, dtype=torch.float64))
+
+
+def test_outputs_the_caller_drops_do_not_count_in_the_backward():
+    # The body graph returns the logits to the loss graph. Held by the caller (the
+    # default), they count through the backward beside their own gradient; with
+    # hold_outputs=False they count only until the forward returns.
+    torch.manual_seed(0)
+    x, target = torch.randn(512, 128, dtype=torch.float64), torch.randint(0, 16, (512,))
+    peaks = {}
+    for hold in (True, False):
+        torch._dynamo.reset()
+        fxremat.inspect.clear()
+        model = _LossAfterGraphBreak().double()
+        f = torch.compile(model, backend="fxremat", options={"compiler": "eager", "hold_outputs": hold})
+        f(x, target).backward()
+        body = fxremat.inspect.plans()[0]
+        backward_start = next(i for i, s in enumerate(body.timeline.steps) if s.phase == "backward")
+        peaks[hold] = body.timeline.live_bytes[backward_start]
+    logits_bytes = 512 * 16 * 8
+    assert peaks[True] - peaks[False] == logits_bytes
+
+
+@pytest.mark.inductor
+def test_turning_inductor_buffer_reuse_back_on_under_a_budget_warns():
+    f = torch.compile(_budget_fn, backend="fxremat",
+                      options={"memory_budget": 1.0, "inductor": {"allow_buffer_reuse": True}})
+    with pytest.warns(fxremat.BudgetWarning, match="allow_buffer_reuse"):
+        f(torch.randn(64, requires_grad=True)).backward()
 
 
 def test_byte_budget_that_fits_is_accepted():
