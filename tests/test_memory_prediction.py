@@ -14,12 +14,12 @@ from conftest import aten_graph
 
 aten = torch.ops.aten
 
-TOLERANCE = 0.10
+TOLERANCE = 0.05  # the five measure within 2.3% (bench/results/cpu/memory_prediction.md)
 
 
 @pytest.mark.inductor
 @pytest.mark.parametrize("model", ["mlp", "transformer", "cnn", "unet", "gpt"])
-def test_predicted_peak_within_ten_percent_of_measured(model):
+def test_predicted_peak_within_five_percent_of_measured(model):
     result = measure_step(model, "fxremat")
     (predicted,) = result["predicted_peak_bytes"]
     measured = result["peak_bytes"]
