@@ -141,10 +141,22 @@ def strategies(config: DemoConfig) -> list[tuple[str, Callable[[torch.nn.Module]
     ]
 
 
-def run_strategy(name: str, wrap: Callable, base_model: torch.nn.Module, batch: tuple,
-                 config: DemoConfig, progress: Progress) -> Result:
-    torch._dynamo.reset()
-    inspect.clear()  # so that plans() below are this strategy's
+@dataclasses.dataclass
+class _Run:
+    """One strategy set up and compiled: its model copy, compiled callable and step."""
+
+    name: str
+    model: torch.nn.Module
+    fn: Callable
+    step: Callable[[], None]
+    losses: list[float]
+    first_step_s: float
+    step_times: list[float] = dataclasses.field(default_factory=list)
+
+
+def prepare_strategy(name: str, wrap: Callable, base_model: torch.nn.Module, batch: tuple,
+                     config: DemoConfig, progress: Progress) -> _Run:
+    """Copy the model, wrap it and run its first step (compiling it)."""
     model = copy.deepcopy(base_model)
     fn = wrap(model)
     opt = torch.optim.SGD(model.parameters(), lr=config.lr)
@@ -158,9 +170,6 @@ def run_strategy(name: str, wrap: Callable, base_model: torch.nn.Module, batch: 
         # step frees nothing allocated before it (measure_peak_bytes ignores such frees).
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
-
-    def counted_step() -> None:
-        step()
         progress.advance()
 
     progress.set_stage(f"{name}: {'first step' if name == 'eager' else 'compiling + first step'}")
@@ -169,29 +178,41 @@ def run_strategy(name: str, wrap: Callable, base_model: torch.nn.Module, batch: 
         # On an AOTAutograd cache hit the partitioner does not run, and no plan
         # (with the predicted peak) would be recorded; Inductor's kernel caches stay on.
         with _compat.autograd_cache_disabled():
-            counted_step()
+            step()
     else:
-        counted_step()
-    first_step_s = time.perf_counter() - start
+        step()
+    return _Run(name, model, fn, step, losses, time.perf_counter() - start)
 
-    progress.set_stage(f"{name}: {config.steps} timed steps")
-    step_times = time_steps(counted_step, warmup=0, steps=config.steps)
 
-    progress.set_stage(f"{name}: saved activations")
-    exclude = [*model.parameters(), *model.buffers(), *batch]
-    saved = saved_activation_bytes(lambda: fn(*batch), exclude=exclude)
+def time_interleaved(runs: list[_Run], steps: int, progress: Progress) -> None:
+    """``steps`` timed steps of each run, one of each in turn, so that a machine that
+    slows down or speeds up meanwhile affects every strategy alike (timed one strategy
+    after the other, the same fxremat and Inductor steps measured 1.4x apart on a busy
+    2-core machine, and equal interleaved)."""
+    progress.set_stage(f"{steps} timed steps per strategy, interleaved")
+    for _ in range(steps):
+        for run in runs:
+            run.step_times += time_steps(run.step, warmup=0, steps=1)
+
+
+def finish_strategy(run: _Run, batch: tuple, progress: Progress) -> Result:
+    """Saved-activation bytes and the measured peak of one more step."""
+    progress.set_stage(f"{run.name}: saved activations")
+    exclude = [*run.model.parameters(), *run.model.buffers(), *batch]
+    saved = saved_activation_bytes(lambda: run.fn(*batch), exclude=exclude)
     progress.advance()
 
-    progress.set_stage(f"{name}: profiling a step")
+    progress.set_stage(f"{run.name}: profiling a step")
     # The budget definition's step: forward and backward, gradients allocated by it.
-    opt.zero_grad(set_to_none=True)
-    peak = measure_peak_bytes(lambda: fn(*batch).backward())["peak_bytes"]
-    opt.zero_grad(set_to_none=True)
+    run.model.zero_grad(set_to_none=True)
+    peak = measure_peak_bytes(lambda: run.fn(*batch).backward())["peak_bytes"]
+    run.model.zero_grad(set_to_none=True)
     progress.advance()
 
     plans = inspect.plans()
-    predicted = plans[-1].predicted_peak_bytes if name == "fxremat" and plans else None
-    return Result(name, first_step_s, step_times, saved, peak, losses, predicted, len(plans))
+    predicted = plans[-1].predicted_peak_bytes if run.name == "fxremat" and plans else None
+    return Result(run.name, run.first_step_s, run.step_times, saved, peak, run.losses, predicted,
+                  len(plans) if run.name == "fxremat" else 0)
 
 
 def run_demo(config: DemoConfig, out: TextIO | None = None) -> int:
@@ -213,17 +234,24 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> int:
     chosen = strategies(config)
     results: list[Result] = []
     error = None
-    # Per strategy: first step, timed steps, the saved-activations forward, the profiled step.
+    # Each strategy's first step (compiling it), then the timed steps in interleaved rounds,
+    # then per strategy the saved-activations forward and the profiled step.
+    torch._dynamo.reset()
+    inspect.clear()  # so that plans() below are fxremat's
+    runs: list[_Run] = []
     with Progress(total=len(chosen) * (config.steps + 3)) as progress:
         for name, wrap in chosen:
             try:
-                results.append(run_strategy(name, wrap, base_model, batch, config, progress))
+                runs.append(prepare_strategy(name, wrap, base_model, batch, config, progress))
             except Exception as exc:
                 cause = _user_error(exc)
                 if cause is None:
                     raise
                 error = str(cause)  # fxremat's messages name fxremat and the option
                 break
+        # After a rejected budget the strategies set up before it are still reported.
+        time_interleaved(runs, config.steps, progress)
+        results = [finish_strategy(run, batch, progress) for run in runs]
     torch._dynamo.reset()
     print(format_table(results), file=out)
     for r in results:
