@@ -617,8 +617,8 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
         # A chain whose every byte lives outside it (one linear layer) needs a budget of 0,
         # which the DP does not take: ask for one byte.
         least_model = max(rotor.min_budget(rchain, persistent=persistent), 1.0)
-        # keeps every stage: more never helps
-        most_model = max(rotor.solve(rchain, 1e30, persistent=persistent).peak, least_model)
+        most_model = max(  # keeps every stage: more never helps
+            rotor.solve(rchain, 1e30, persistent=persistent).peak, least_model)
         slack = (1.0001, 1.01, 1.03, 1.1)  # the DP rounds sizes up into bins
     else:  # checkmate
         graph = stage_graph.build(lin, cost, ctx.input_names, tied=True)

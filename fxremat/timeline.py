@@ -321,10 +321,10 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
         s for a in fwd_out_args[:num_user_outputs] if isinstance(a, fx.Node)
         for s in [fwd_storage.get(a.name)] if s
     }
+    keep = bwd_outputs | user_outputs if hold_outputs else bwd_outputs
     if not hold_outputs:
         # Alive until the forward returns them; the caller drops them after its loss (HF
         # GPT-2 with the loss after a graph break: the logits, 1 MiB, were counted through
         # the whole backward beside their own gradient, 10% over the measured peak).
         fwd_steps.append(Step("return", reads=sorted(user_outputs), phase="forward"))
-        return simulate(fwd_steps + bwd_steps, keep=bwd_outputs)
-    return simulate(fwd_steps + bwd_steps, keep=user_outputs | bwd_outputs)
+    return simulate(fwd_steps + bwd_steps, keep=keep)
