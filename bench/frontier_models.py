@@ -17,6 +17,9 @@ GPU: GPT-2 small, BERT-base, a 16-layer Llama, ResNet-50/101 at 224², a 4-level
 - ``unet``: ``fxremat.models.UNet`` (long skips across the bottleneck: not a chain).
 - ``vit``: a ViT (patch embedding, class token, pre-LN blocks with SDPA attention).
 - ``mlp``: a deep MLP of Linear + ReLU blocks.
+- ``transformer``: ``fxremat.models.TransformerStack`` (pre-LN blocks with explicit attention,
+  whose seq² scores dominate the activations; continuous inputs, mean-squared loss): the
+  activation-heavy transformer of issue #4.
 
 ``chain``: where the model's blocks form a chain (each block's output is the next block's
 first input, with the same other arguments), ``(owner, attribute)`` of that container;
@@ -38,7 +41,7 @@ from fxremat.models import Bottleneck  # the ResNet block the tests use too
 
 SCALES = ("tiny", "small", "gpu")
 HF_MODELS = ("gpt2", "bert", "llama")
-MODELS = ("gpt2", "bert", "llama", "resnet50", "resnet101", "unet", "vit", "mlp")
+MODELS = ("gpt2", "bert", "llama", "resnet50", "resnet101", "unet", "vit", "mlp", "transformer")
 
 
 @dataclasses.dataclass
@@ -92,6 +95,13 @@ SIZES: dict[str, dict[str, dict]] = {
         "tiny": dict(layers=2, dim=64, heads=4, patch=8, image=32, batch=2, classes=10),
         "small": dict(layers=6, dim=128, heads=4, patch=8, image=64, batch=8, classes=10),
         "gpu": dict(layers=12, dim=768, heads=12, patch=16, image=224, batch=64, classes=1000),
+    },
+    # Issue #4's activation-heavy configuration is layers=12, dim=512, heads=8, seq=512, batch=8
+    # (--sizes '{"transformer": {...}}'); "small" is a quarter of its depth and a fraction of its width.
+    "transformer": {
+        "tiny": dict(layers=2, dim=64, heads=4, seq=32, batch=2),
+        "small": dict(layers=6, dim=128, heads=4, seq=256, batch=4),
+        "gpu": dict(layers=24, dim=1024, heads=16, seq=1024, batch=8),
     },
     "mlp": {
         "tiny": dict(layers=4, width=32, batch=256, classes=10),
@@ -284,7 +294,19 @@ def make_mlp(layers, width, batch, classes) -> FrontierModel:
     return FrontierModel(model, data, (model, "blocks"), True, [model.blocks], {})
 
 
+# --- plain transformer ------------------------------------------------------------------------
+
+
+def make_transformer(layers, dim, heads, seq, batch) -> FrontierModel:
+    from fxremat.models import TransformerStack
+
+    model = TransformerStack(dim=dim, heads=heads, layers=layers)
+    data = (torch.randn(batch, seq, dim), torch.randn(batch, seq, dim))
+    return FrontierModel(model, data, (model, "blocks"), True, [model.blocks], {})
+
+
 _BUILDERS = {
     "gpt2": make_gpt2, "bert": make_bert, "llama": make_llama, "resnet50": make_resnet50,
     "resnet101": make_resnet101, "unet": make_unet, "vit": make_vit, "mlp": make_mlp,
+    "transformer": make_transformer,
 }
