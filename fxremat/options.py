@@ -61,10 +61,23 @@ class Budget:
         assert self.fraction is not None
         return int(self.fraction * unconstrained_bytes)
 
-    def describe(self) -> str:
+    def describe(self, budget_bytes: int | None = None) -> str:
+        """The budget as the user gave it, with ``budget_bytes`` (what it resolved to) beside it."""
         if self.bytes is not None:
-            return f"{self.bytes} bytes"
-        return f"{self.fraction:g} of the unconstrained plan"
+            return f"{self.bytes} bytes ({format_bytes(self.bytes)})"
+        if budget_bytes is None:
+            return f"{self.fraction:g} of the unconstrained plan"
+        # The budget was resolved from the unconstrained plan's peak: say both, so the
+        # resolved bytes are not read as that peak.
+        return (f"{self.fraction:g} of the unconstrained plan's predicted peak "
+                f"({format_bytes(round(budget_bytes / self.fraction))}), i.e. {format_bytes(budget_bytes)},")
+
+
+def format_bytes(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes} B"
 
 
 def parse_budget(value: Any) -> Budget | None:

@@ -25,7 +25,7 @@ import torch
 import torch.fx as fx
 
 from . import _compat, oplib
-from .options import Options
+from .options import Options, format_bytes
 from .passes import mincut
 from .passes.memory import Timeline
 from .sizes import describe, is_multi_output, is_tensor_node, node_bytes, storage_bytes, storage_node, storage_of
@@ -365,7 +365,7 @@ def _unreachable(ctx: _Context, options: Options, fwd: fx.GraphModule, bwd: fx.G
     least = plan.predicted_peak_bytes
     if options.memory_budget.fraction is None:
         raise BudgetError(
-            f"fxremat: memory_budget={options.memory_budget.describe()} ({_fmt(plan.budget_bytes)}) is below the "
+            f"fxremat: memory_budget={options.memory_budget.describe(plan.budget_bytes)} is below the "
             f"minimum feasible budget for graph {ctx.graph_id}: no plan that recomputes predicts less than "
             f"{_fmt(error.least_bytes)}, and the min-cut plan predicts {_fmt(least)}. Allowed: a budget of at least "
             f"{min(least, error.least_bytes)} bytes.", min(least, error.least_bytes))
@@ -578,8 +578,8 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
                          f"graph on its own; a byte budget applies to each graph too, and a small graph such as a "
                          f"loss computed after a graph break meets it easily)")
         return BudgetError(
-            f"fxremat: memory_budget={asked.describe() if asked else None}"
-            f" ({_fmt(budget)}) is below the minimum feasible budget for graph {ctx.graph_id}: the least-memory "
+            f"fxremat: {f'memory_budget={asked.describe(budget)}' if asked else f'a budget of {_fmt(budget)}'}"
+            f" is below the minimum feasible budget for graph {ctx.graph_id}: the least-memory "
             f"{solver} plan ({len(lin.stages)} stages) predicts {_fmt(least_bytes)}. Allowed: a budget of at least "
             f"{least_bytes} bytes{per_graph}.", least_bytes)
 
@@ -730,15 +730,11 @@ def _check_no_aliasing(saved: list[fx.Node], input_names: set[str]) -> None:
 
 def _budget_message(plan: Plan, options: Options, least: int, solvers: str) -> str:
     return (
-        f"fxremat: memory_budget={options.memory_budget.describe()} ({_fmt(plan.budget_bytes)}) cannot be met "
+        f"fxremat: memory_budget={options.memory_budget.describe(plan.budget_bytes)} cannot be met "
         f"for graph {plan.graph_id} by {solvers}: its predicted peak is {_fmt(least)} (saved activations "
         f"{_fmt(plan.saved_activation_bytes)}). Allowed: a budget of at least {least} bytes, or solver='auto' "
         f"or 'rotor', which recompute further."
     )
 
 
-def _fmt(nbytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.2f} {unit}"
-    return f"{nbytes} B"
+_fmt = format_bytes

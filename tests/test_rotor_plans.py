@@ -102,8 +102,22 @@ def test_impossible_budget_names_the_minimum_and_the_minimum_works():
     message = str(err.value)
     assert "minimum feasible budget" in message
     least = int(message.split("at least ")[1].split(" bytes")[0])
+    # The message says which peak the fraction is of and what it resolved to, and the
+    # least fraction it names is the least bytes over that peak.
+    unconstrained = _kib(message.split("predicted peak (")[1].split(")")[0])
+    assert _kib(message.split("), i.e. ")[1].split(",")[0]) == pytest.approx(0.02 * unconstrained, rel=1e-3)
+    least_fraction = float(message.split("a fraction of at least ")[1].split(" ")[0])
+    assert least_fraction == pytest.approx(least / 2**10 / unconstrained, abs=2e-3)
     _, plan, _ = _grads_and_plan(models.make_transformer, TRANSFORMER, {"memory_budget": least})
     assert plan.predicted_peak_bytes <= least
+    _, plan, _ = _grads_and_plan(models.make_transformer, TRANSFORMER, {"memory_budget": least_fraction + 2e-3})
+    assert plan.predicted_peak_bytes <= plan.budget_bytes
+
+
+def _kib(text: str) -> float:
+    """KiB in a message's "1.50 MiB"."""
+    number, unit = text.split()
+    return float(number) * {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}[unit] / 2**10
 
 
 def test_solver_mincut_refuses_a_budget_it_cannot_meet():
