@@ -153,7 +153,7 @@ def extract_fwd_bwd_modules(
     *,
     num_fwd_outputs: int,
     static_lifetime_input_nodes: Any = None,
-    keep_unused: bool = False,
+    backward_template: bool = False,
 ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """Build the forward and backward GraphModules for a chosen saved set.
 
@@ -162,18 +162,32 @@ def extract_fwd_bwd_modules(
     convention (order of saved tensors, symints, opaque objects, seeds, backward
     state) belongs to AOTAutograd and changes between releases, so we let torch's
     own extractor lay it out rather than copy it.
+
+    ``backward_template``: the caller writes the backward's body itself (Rotor's and the
+    DAG solvers' plans), so the backward returned is only its inputs -- every saved value
+    kept, even one torch's own backward would not read -- and an empty output. Torch's
+    extractor copies the whole backward twice to get there, most of a staged plan's
+    planning time; here it only lays out the inputs.
     """
     kwargs: dict[str, Any] = {"num_fwd_outputs": num_fwd_outputs}
-    if keep_unused:
-        # torch drops saved values its own backward does not read; a backward we write
-        # ourselves (Rotor's) may read them, so its saved set must survive as given.
+    if backward_template:
         import unittest.mock
 
-        real = _partitioners._remove_by_name
+        real_remove, real_extract = _partitioners._remove_by_name, _partitioners._extract_graph_with_inputs_outputs
         keep = {n.name for n in saved_values} | {n.name for n in saved_sym_nodes}
-        patch = unittest.mock.patch.object(
-            _partitioners, "_remove_by_name", lambda values, name: None if name in keep else real(values, name))
-        with patch:
+
+        def inputs_only(joint_graph, inputs, outputs, outputs_descs, subgraph=None, *args, **kw):
+            if subgraph != "backward":
+                return real_extract(joint_graph, inputs, outputs, outputs_descs, subgraph, *args, **kw)
+            graph = fx.Graph()
+            for node in inputs:  # as torch's extractor lays out its placeholders
+                graph.placeholder(node.name).meta = node.meta
+            graph.output(())
+            return graph
+
+        with unittest.mock.patch.object(
+                _partitioners, "_remove_by_name", lambda values, name: None if name in keep else real_remove(values, name)
+        ), unittest.mock.patch.object(_partitioners, "_extract_graph_with_inputs_outputs", inputs_only):
             return extract_fwd_bwd_modules(joint, saved_values, saved_sym_nodes, num_fwd_outputs=num_fwd_outputs,
                                            static_lifetime_input_nodes=static_lifetime_input_nodes)
     if "saved_opaque_nodes" in _EXTRACT_PARAMS:

@@ -388,36 +388,33 @@ def backward_reads(joint: fx.GraphModule, lin: Linearization, sequence: list[rot
 
 
 def emit_backward(template: fx.GraphModule, joint: fx.GraphModule, lin: Linearization,
-                  sequence: list[rotor.Op], alive: set[tuple[int, str]] | None = None
+                  sequence: list[rotor.Op], outputs: list, alive: set[tuple[int, str]] | None = None
                   ) -> tuple[fx.GraphModule, list[dict], set[str]]:
-    """A new backward graph: ``template``'s inputs and outputs (AOTAutograd's calling
-    convention, from torch's extractor), with the body the Rotor sequence dictates;
-    the forward ops it computes again (name, op); and the inputs it reads. ``alive``:
-    from ``backward_reads`` (else found here by a scratch emission)."""
+    """A new backward graph: ``template``'s inputs (AOTAutograd's calling convention, from
+    torch's extractor) and the joint's backward ``outputs`` (nodes and Nones, in order), with
+    the body the Rotor sequence dictates; the forward ops it computes again (name, op); and
+    the inputs it reads. ``alive``: from ``backward_reads`` (else found here by a scratch
+    emission)."""
     if alive is None:
-        scratch, emitter = _emit(template, joint, lin, sequence, None)
+        scratch, emitter = _emit(template, joint, lin, sequence, None, gradients=outputs)
         alive = {emitter.copies[n] for n in scratch.nodes if n in emitter.copies}
         if any(n.users for n in emitter.stand_ins):
             missing = sorted(n.name for n in emitter.stand_ins if n.users)
             raise KeyError(f"fxremat rotor: the backward reads {missing}, which the forward does not save")
-    graph, emitter = _emit(template, joint, lin, sequence, alive)
+    graph, emitter = _emit(template, joint, lin, sequence, alive, gradients=outputs)
     recomputed = [{"name": n.name, "op": str(n.target)} for n in emitter.recomputed if n.op == "call_function"]
     reads = {n.name for n in graph.find_nodes(op="placeholder") if n.users}
     return _compat.make_graph_module(template, graph), recomputed, reads
 
 
-def _emit(template, joint, lin, sequence, only, gradients=None):
-    """``template`` None: a scratch emission whose every input is a stand-in, with
-    ``gradients`` (joint nodes) as its outputs."""
+def _emit(template, joint, lin, sequence, only, gradients):
+    """A backward graph with ``template``'s inputs and ``gradients`` (joint nodes, or None)
+    as its outputs; ``template`` None: a scratch emission whose every input is a stand-in."""
     by_name = {n.name: n for n in joint.graph.nodes}
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
-    output = None
-    for node in template.graph.nodes if template is not None else ():
-        if node.op == "placeholder":
-            env[by_name[node.name]] = graph.node_copy(node)
-        elif node.op == "output":
-            output = node
+    for node in template.graph.find_nodes(op="placeholder") if template is not None else ():
+        env[by_name[node.name]] = graph.node_copy(node)
     forward_ops = {n for st in lin.stages for n in st.forward} | lin.free
     emitter = _Emitter(graph, env, lin.free, forward_ops, only=only, scratch=only is None)
     first_b = next(i for i, op in enumerate(sequence) if op.kind == rotor.B)
@@ -434,8 +431,7 @@ def _emit(template, joint, lin, sequence, only, gradients=None):
             for n in _needed(stage, targets):
                 emitter.emit(n)
     emitter.op_index = len(sequence)
-    wanted = output.args[0] if output is not None else gradients
-    outputs = [emitter.value(by_name[a.name]) if isinstance(a, fx.Node) else a for a in wanted]
+    outputs = [emitter.value(by_name[a.name]) if isinstance(a, fx.Node) else a for a in gradients]
     graph.output(tuple(outputs))
     graph.eliminate_dead_code()
     if only is not None:

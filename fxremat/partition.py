@@ -413,13 +413,15 @@ def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
     return winner
 
 
-def _extract(ctx: _Context, saved: list[fx.Node], keep_unused: bool = False) -> tuple[fx.GraphModule, fx.GraphModule]:
+def _extract(ctx: _Context, saved: list[fx.Node], backward_template: bool = False
+             ) -> tuple[fx.GraphModule, fx.GraphModule]:
     tuples = [n.name for n in saved if is_multi_output(n)]
     if tuples:  # torch's extractor would make them forward outputs, which Inductor rejects
         raise AssertionError(f"fxremat bug: saved values {tuples} are tuples (multi-output ops): save their items")
     return _compat.extract_fwd_bwd_modules(
         ctx.joint, [n for n in saved if not _compat.is_sym_node(n)], [n for n in saved if _compat.is_sym_node(n)],
-        num_fwd_outputs=ctx.num_fwd_outputs, static_lifetime_input_nodes=ctx.static_nodes, keep_unused=keep_unused)
+        num_fwd_outputs=ctx.num_fwd_outputs, static_lifetime_input_nodes=ctx.static_nodes,
+        backward_template=backward_template)
 
 
 def _plan(ctx: _Context, solver: str, fwd: fx.GraphModule, bwd: fx.GraphModule, saved: list[fx.Node],
@@ -545,8 +547,8 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
         if missing:
             raise KeyError(f"fxremat {solver}: the backward reads {missing}, which the forward does not keep")
         saved = [n for n in joint.graph.nodes if n in syms or (n in reads and (n in kept or _compat.is_primal(n)))]
-        fwd, template = _extract(ctx, saved, keep_unused=True)
-        bwd, recomputed, _ = chain.emit_backward(template, joint, lin, sequence, alive)
+        fwd, template = _extract(ctx, saved, backward_template=True)
+        bwd, recomputed, _ = chain.emit_backward(template, joint, lin, sequence, classes.bwd_outputs, alive)
         plan = _plan(ctx, solver, fwd, bwd, saved, makespan, recomputed, with_code=False,
                      sequence=rotor.format_sequence(sequence), stages=len(lin.stages))
         plan.budget_bytes = budget
