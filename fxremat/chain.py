@@ -266,7 +266,10 @@ def _first_violation(lin: Linearization) -> tuple[int, int] | None:
 
 def _overhead(ops: list[fx.Node], inputs: set[str]) -> int:
     """Peak bytes of a segment's temporaries: values it allocates and uses only inside
-    (its outputs are counted by the chain as a^s, abar^s or delta^(s-1))."""
+    (its outputs are counted by the chain as a^s, abar^s or delta^(s-1)). Every op's
+    output counts, fused or not: an upper bound, which the budget search relies on
+    (counting only what the timeline's ``Inlining`` writes made the model undercount
+    what the emitted graphs write, and a plan the DP fitted predicted over the budget)."""
     inside = set(ops)
 
     def escapes(n: fx.Node) -> bool:  # read outside the segment, directly or through a view
@@ -282,8 +285,14 @@ def _overhead(ops: list[fx.Node], inputs: set[str]) -> int:
     return simulate(steps).peak_bytes if steps else 0
 
 
-def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]) -> rotor.Chain:
+def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str],
+                gradients: list[fx.Node] = ()) -> rotor.Chain:
+    """The stages' Rotor parameters; ``gradients`` (the backward's outputs) made in a
+    stage's ``B^s`` are its ``w_g^s``, held from then to the end of the step."""
     u_f, u_b, w_a, w_abar, o_f, o_b = [], [], [], [], [], []
+    w_g = [0] * len(lin.stages)
+    for g in gradients_in_chain(lin, gradients):
+        w_g[lin.stage_of[g] - 1] += node_bytes(g)
     for st in lin.stages:
         u_f.append(sum(cost.get(n, 0.0) for n in st.forward))
         u_b.append(sum(cost.get(n, 0.0) for n in st.backward))
@@ -291,7 +300,13 @@ def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]
         w_abar.append(storage_bytes(st.boundary + st.saved, inputs))
         o_f.append(_overhead(st.forward, inputs))
         o_b.append(_overhead(st.backward, inputs))
-    return rotor.Chain(u_f=u_f, u_b=u_b, w_a=w_a, w_abar=w_abar, w_a0=0.0, o_f=o_f, o_b=o_b).with_loss()
+    return rotor.Chain(u_f=u_f, u_b=u_b, w_a=w_a, w_abar=w_abar, w_a0=0.0, o_f=o_f, o_b=o_b, w_g=w_g).with_loss()
+
+
+def gradients_in_chain(lin: Linearization, gradients: list[fx.Node]) -> list[fx.Node]:
+    """The gradients some stage's backward makes (the others are counted outside the chain)."""
+    backward = {n for st in lin.stages for n in st.backward}
+    return [g for g in gradients if g in backward]
 
 
 def kept_after_forward(lin: Linearization, sequence: list[rotor.Op]) -> list[fx.Node]:

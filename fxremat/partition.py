@@ -526,7 +526,8 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
     lin, cost = _linearize(ctx, mincut_bwd, mincut_saved, max_stages or MAX_STAGES[solver],
                            weigh_memory=solver in CHAIN_SOLVERS)
     # Memory outside the chain, counted as alive throughout (an upper bound): the
-    # forward's outputs, the parameter gradients, the tangents and the pinned values.
+    # forward's outputs, the parameter gradients (Rotor's chain counts those its stages
+    # make), the tangents and the pinned values.
     gradients = [n for n in classes.bwd_outputs if isinstance(n, fx.Node)]
     outside = (storage_bytes([n for n in classes.fwd_outputs if isinstance(n, fx.Node)], ctx.input_names)
                + sum(node_bytes(n) for n in gradients)
@@ -604,7 +605,9 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
         return min(fitting, key=lambda f: f[0][1])[1]
 
     if solver in ("rotor", "rotor_exact"):
-        rchain = chain.rotor_chain(lin, cost, ctx.input_names)
+        rchain = chain.rotor_chain(lin, cost, ctx.input_names, gradients)
+        # The chain counts the gradients its stages make from when they are made.
+        outside -= sum(node_bytes(g) for g in chain.gradients_in_chain(lin, gradients))
         # rotor_exact: the weakly persistent DP (Algorithm 1), exact over all sequences
         # that keep a stage's input until its backward ran, O(L^4 S): fewer stages.
         persistent = solver == "rotor"

@@ -141,6 +141,11 @@ class Chain:
     w_delta0: size of ``delta^0``, the gradient of the input (default ``w_a0``).
     o_f, o_b: peak overheads of ``F^s`` and ``B^s``: temporary memory on top of their
         inputs and outputs (default 0).
+    w_g: bytes ``B^s`` makes that stay to the end of the step (the gradients of the
+        stage's parameters; default 0). An extension of the paper's model: counted
+        outside the chain as alive throughout, the gradients of a deep model's later
+        layers would be counted during its whole forward, and the DP would recompute
+        more than a budget needs.
 
     Memory model (the paper's section 3.1, Table 1 and Definitions 3.3-3.4). Only
     activations and gradients count (weights and their gradients are outside the
@@ -154,8 +159,9 @@ class Chain:
       ``w_a^s``) plus ``o_f^s``. ``F_all`` leaves ``abar^s``, the others ``a^s``;
       ``F_∅`` then frees ``a^(s-1)`` unless it is part of ``abar^(s-1)``.
     * ``B^s`` needs ``delta^s``, ``abar^s`` and ``a^(s-1)``; while running it uses
-      everything in memory plus ``w_delta^(s-1) + o_b^s``; it then frees ``delta^s``,
-      ``abar^s`` and ``a^(s-1)`` (unless part of ``abar^(s-1)``), leaving ``delta^(s-1)``.
+      everything in memory plus ``w_delta^(s-1) + w_g^s + o_b^s``; it then frees ``delta^s``,
+      ``abar^s`` and ``a^(s-1)`` (unless part of ``abar^(s-1)``), leaving ``delta^(s-1)``
+      and ``w_g^s`` (held to the end).
     * A forward never recomputes a value that is in memory: ``F^s`` is invalid while
       ``a^s`` or ``abar^s`` is held. (The paper leaves this case open; allowing it would
       turn ``F_∅^s`` after ``F_all^s`` into a paid "free ``a^(s-1)``" operation that the
@@ -173,6 +179,7 @@ class Chain:
     w_delta0: float | None = None
     o_f: Sequence[float] | None = None
     o_b: Sequence[float] | None = None
+    w_g: Sequence[float] | None = None
 
     def __post_init__(self):
         n = len(self.u_f)
@@ -186,6 +193,7 @@ class Chain:
         fix("w_delta", _floats(self.w_a if self.w_delta is None else self.w_delta, n, "w_delta"))
         fix("o_f", _floats([0.0] * n if self.o_f is None else self.o_f, n, "o_f"))
         fix("o_b", _floats([0.0] * n if self.o_b is None else self.o_b, n, "o_b"))
+        fix("w_g", _floats([0.0] * n if self.w_g is None else self.w_g, n, "w_g"))
         fix("w_a0", _floats([self.w_a0], 1, "w_a0")[0])
         fix("w_delta0", _floats([self.w_a0 if self.w_delta0 is None else self.w_delta0], 1, "w_delta0")[0])
 
@@ -201,7 +209,8 @@ class Chain:
             return self
         return Chain(u_f=self.u_f + (0.0,), u_b=self.u_b + (0.0,), w_a=self.w_a + (0.0,),
                      w_abar=self.w_abar + (0.0,), w_a0=self.w_a0, w_delta=self.w_delta + (0.0,),
-                     w_delta0=self.w_delta0, o_f=self.o_f + (0.0,), o_b=self.o_b + (0.0,))
+                     w_delta0=self.w_delta0, o_f=self.o_f + (0.0,), o_b=self.o_b + (0.0,),
+                     w_g=self.w_g + (0.0,))
 
 
 @dataclasses.dataclass
@@ -217,7 +226,12 @@ class Solution:
 # --------------------------------------------------------------------------------------
 
 class _Arrays:
-    """Per-position arrays indexed 0..L (index 0: the input; stage fields 0 there)."""
+    """Per-position arrays indexed 0..L (index 0: the input; stage fields 0 there).
+
+    ``wd[k]``: what is held with the current gradient ``delta^k``: ``delta^k`` and the
+    parameter gradients of stages ``k+1..L``, made by the ``B`` ops that ran (so the
+    recurrences, which count the held gradient of each subproblem, count those too).
+    ``wdb[s]``: what ``B^s`` adds while it runs: ``delta^(s-1)`` and ``w_g^s``."""
 
     def __init__(self, chain: Chain, scale=None):
         self.n = chain.length
@@ -226,11 +240,15 @@ class _Arrays:
         self.ub = np.array(z + chain.u_b)
         self.wa = np.array((chain.w_a0,) + chain.w_a)
         self.wab = np.array((chain.w_a0,) + chain.w_abar)
-        self.wd = np.array((chain.w_delta0,) + chain.w_delta)
+        delta = np.array((chain.w_delta0,) + chain.w_delta)
+        grads = np.array(z + chain.w_g)
+        later = np.concatenate([np.cumsum(grads[::-1])[::-1][1:], [0.0]])  # later[k]: w_g of stages > k
+        self.wd = delta + later
+        self.wdb = np.concatenate([[0.0], delta[:-1] + grads[1:]])
         self.of = np.array(z + chain.o_f)
         self.ob = np.array(z + chain.o_b)
         if scale is not None:
-            for name in ("wa", "wab", "wd", "of", "ob"):
+            for name in ("wa", "wab", "wd", "wdb", "of", "ob"):
                 setattr(self, name, scale(getattr(self, name)))
 
 
@@ -247,7 +265,7 @@ def _apply(c: _Arrays, act: list, k: int, mem, op: Op):
             raise InvalidSequence(f"{op}: needs delta^{s}, but the current gradient is delta^{k}")
         if act[s] != _ABAR:
             raise InvalidSequence(f"{op}: abar^{s} is not in memory (run F_all^{s} first)")
-        during = mem + c.wd[s - 1] + c.ob[s]
+        during = mem + c.wdb[s] + c.ob[s]
         mem = mem + c.wd[s - 1] - c.wd[s] - c.wab[s]
         act[s] = _NO
         if act[s - 1] == _A:
@@ -390,7 +408,7 @@ def _discretise(chain: Chain, budget: float, bins: int | None) -> tuple[_Arrays,
     """Sizes in whole bins (rounded up) and the budget in bins (rounded down)."""
     if bins is None:
         values = (chain.w_a0, chain.w_delta0, budget) + chain.w_a + chain.w_abar + chain.w_delta \
-            + chain.o_f + chain.o_b
+            + chain.o_f + chain.o_b + chain.w_g
         if not all(float(v).is_integer() for v in values):
             raise ValueError("bins=None (exact) needs integer sizes, overheads and budget; "
                              "scale them to a whole unit or pass a number of bins")
@@ -408,9 +426,10 @@ def _discretise(chain: Chain, budget: float, bins: int | None) -> tuple[_Arrays,
 # Memory-persistent DP (Algorithm 3), vectorised over the bins and the left ends.
 #
 # P(s, t, m): best time to turn (a^(s-1), delta^t) into delta^(s-1) with a^(s-1) kept
-#   until B^s, peak <= m not counting a^(s-1).
+#   until B^s, peak <= m not counting a^(s-1). (wd^t: delta^t with the parameter gradients
+#   of stages > t; wdb^s: what B^s adds, delta^(s-1) and w_g^s; see _Arrays.)
 #   F_all^s:  u_f + u_b + P(s+1, t, m - w_abar^s)   [s < t]; u_f + u_b [s = t]
-#             if m >= max(wd^t + wab^s + of^s, wd^s + wd^(s-1) + wab^s + ob^s)
+#             if m >= max(wd^t + wab^s + of^s, wd^s + wdb^s + wab^s + ob^s)
 #   F_ck^s:   u_f^s + Q(s, s+1, t, m)  if m >= wd^t + wa^s + of^s           [s < t]
 # Q(s, j, t, m): same, a^(s-1) kept and a^(j-1) (counted in m) the latest forward output.
 #   checkpoint a^(j-1):  P(j, t, m - wa^(j-1)) + P(s, j-1, m)
@@ -431,7 +450,7 @@ def _shift(row: np.ndarray, w: int) -> np.ndarray:
 
 def _persistent_table(c: _Arrays, S: int) -> list[np.ndarray]:
     n = c.n
-    wa, wab, wd, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "of", "ob"))
+    wa, wab, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
     uf = c.uf.astype(_DT)
     uall = (c.uf + c.ub).astype(_DT)
     width = S + 1
@@ -446,7 +465,7 @@ def _persistent_table(c: _Arrays, S: int) -> list[np.ndarray]:
         Q = np.full((t + 1, width), np.inf, _DT)  # Q[s] = Q(s, j+1, t) entering step j
         for j in range(t, 0, -1):
             row = Pt[j]
-            thr_all = max(wd[t] + wab[j] + of[j], wd[j] + wd[j - 1] + wab[j] + ob[j])
+            thr_all = max(wd[t] + wab[j] + of[j], wd[j] + wdb[j] + wab[j] + ob[j])
             if j == t:
                 row[min(thr_all, width):] = uall[j]
             else:
@@ -469,7 +488,7 @@ def _persistent_table(c: _Arrays, S: int) -> list[np.ndarray]:
 
 def _persistent_sequence(c: _Arrays, P: list[np.ndarray], m0: int) -> list[Op]:
     """Algorithm 4: unfold the choices (recomputed from the table, same float32 sums)."""
-    wa, wab, wd, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "of", "ob"))
+    wa, wab, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
     uf = c.uf.astype(_DT)
     uall = (c.uf + c.ub).astype(_DT)
     inf = _DT(np.inf)
@@ -485,7 +504,7 @@ def _persistent_sequence(c: _Arrays, P: list[np.ndarray], m0: int) -> list[Op]:
             out.append(item)
             continue
         _, s, t, m = item
-        thr_all = max(wd[t] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+        thr_all = max(wd[t] + wab[s] + of[s], wd[s] + wdb[s] + wab[s] + ob[s])
         v_all = inf
         if m >= thr_all:
             v_all = uall[s] if s == t else p(s + 1, t, m - wab[s]) + uall[s]
@@ -522,12 +541,12 @@ def _persistent_min_memory(c: _Arrays) -> float:
     """The same recurrences in (min, max): the smallest peak of a persistent sequence,
     in the units of ``c`` (no rounding)."""
     n = c.n
-    wa, wab, wd, of, ob = (getattr(c, x).astype(float) for x in ("wa", "wab", "wd", "of", "ob"))
+    wa, wab, wd, wdb, of, ob = (getattr(c, x).astype(float) for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
     MP = [np.empty(0)] + [np.full(t + 1, np.inf) for t in range(1, n + 1)]  # MP[t][s]
     for t in range(1, n + 1):
         MQ = np.full(t + 1, np.inf)
         for j in range(t, 0, -1):
-            thr_all = max(wd[t] + wab[j] + of[j], wd[j] + wd[j - 1] + wab[j] + ob[j])
+            thr_all = max(wd[t] + wab[j] + of[j], wd[j] + wdb[j] + wab[j] + ob[j])
             if j == t:
                 MP[t][j] = thr_all
             else:
@@ -550,7 +569,7 @@ def _persistent_min_memory(c: _Arrays) -> float:
 # C(s, t, l, m): from (a^(s-1), delta^l), reach delta^(t-1) having discarded every
 #   activation of index >= s-1, peak <= m not counting a^(s-1); s <= t <= l.
 #   F_all^s  [t = s]:  u_f + u_b + C(s+1, s+1, l, m - wab^s)  ([s = l]: u_f + u_b)
-#                      if m >= max(wd^l + wab^s + of^s, wd^s + wd^(s-1) + wab^s + ob^s)
+#                      if m >= max(wd^l + wab^s + of^s, wd^s + wdb^s + wab^s + ob^s)
 #   F_∅^s    [t > s]:  u_f^s + C(s+1, t, l, m + wa^(s-1) - wa^s)   if m >= wd^l + wa^s + of^s
 #   F_ck^s   [t < l]:  u_f^s + min over t' in (t, l] of
 #                      C(s+1, t', l, m - wa^s) + C(s, t, t'-1, m)    if m >= wd^l + wa^s + of^s
@@ -558,7 +577,7 @@ def _persistent_min_memory(c: _Arrays) -> float:
 
 def _weak_table(c: _Arrays, S: int) -> np.ndarray:
     n = c.n
-    wa, wab, wd, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "of", "ob"))
+    wa, wab, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
     width = S + 1
     cells = (n + 2) ** 3 * width
     if cells > 2 ** 28:
@@ -569,7 +588,7 @@ def _weak_table(c: _Arrays, S: int) -> np.ndarray:
     for d in range(0, n):
         for s in range(1, n + 1 - d):
             l = s + d
-            thr_all = max(wd[l] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+            thr_all = max(wd[l] + wab[s] + of[s], wd[s] + wdb[s] + wab[s] + ob[s])
             thr_f = wd[l] + wa[s] + of[s]
             cell = C[s, :, l]  # (t, m) view
             # F_all^s, t = s
@@ -596,7 +615,7 @@ def _weak_table(c: _Arrays, S: int) -> np.ndarray:
 
 
 def _weak_sequence(c: _Arrays, C: np.ndarray, m0: int) -> list[Op]:
-    wa, wab, wd, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "of", "ob"))
+    wa, wab, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
     S = C.shape[-1] - 1
     inf = math.inf
 
@@ -613,7 +632,7 @@ def _weak_sequence(c: _Arrays, C: np.ndarray, m0: int) -> list[Op]:
         _, s, t, l, m = item
         options = []  # (value, rank, expansion in execution order)
         thr_f = wd[l] + wa[s] + of[s]
-        if t == s and m >= max(wd[l] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s]):
+        if t == s and m >= max(wd[l] + wab[s] + of[s], wd[s] + wdb[s] + wab[s] + ob[s]):
             if s == l:
                 options.append((c.uf[s] + c.ub[s], 0, [Op(F_ALL, s), Op(B, s)]))
             else:
@@ -638,12 +657,12 @@ def _weak_sequence(c: _Arrays, C: np.ndarray, m0: int) -> list[Op]:
 def _weak_min_memory(c: _Arrays) -> float:
     """(min, max) version of the exact DP: the smallest peak of a weakly persistent sequence."""
     n = c.n
-    wa, wab, wd, of, ob = (getattr(c, x).astype(float) for x in ("wa", "wab", "wd", "of", "ob"))
+    wa, wab, wd, wdb, of, ob = (getattr(c, x).astype(float) for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
     M = np.full((n + 2, n + 2, n + 2), np.inf)
     for d in range(0, n):
         for s in range(1, n + 1 - d):
             l = s + d
-            thr_all = max(wd[l] + wab[s] + of[s], wd[s] + wd[s - 1] + wab[s] + ob[s])
+            thr_all = max(wd[l] + wab[s] + of[s], wd[s] + wdb[s] + wab[s] + ob[s])
             thr_f = wd[l] + wa[s] + of[s]
             M[s, s, l] = thr_all if s == l else max(thr_all, wab[s] + M[s + 1, s + 1, l])
             if d == 0:

@@ -115,7 +115,7 @@ def chains(draw, max_stages=4):
     chain = Chain(u_f=draw(ints(4)), u_b=draw(ints(3)), w_a=w_a, w_abar=w_abar,
                   w_a0=draw(st.integers(0, 4)),
                   w_delta=draw(st.none() | ints(4)), w_delta0=draw(st.none() | st.integers(0, 4)),
-                  o_f=draw(ints(6)), o_b=draw(ints(6)))
+                  o_f=draw(ints(6)), o_b=draw(ints(6)), w_g=draw(st.none() | ints(3)))
     return chain.with_loss() if draw(st.booleans()) else chain
 
 
@@ -265,6 +265,25 @@ def test_simulate_counts_memory_as_documented():
     chain3 = Chain(u_f=[1, 1, 1], u_b=[1, 1, 1], w_a=[1, 2, 4], w_abar=[8, 16, 32], w_a0=0, w_delta=[0, 0, 0])
     assert rotor.memory_profile(chain3, kept[:3]) == [8, 8 + 2, 8 + 2 + 32]
     assert rotor.memory_profile(chain3, freed[:3]) == [1, 1 + 2, 2 + 32]
+
+
+def test_parameter_gradients_stay_to_the_end():
+    # w_g^s: made by B^s, held through every later operation (recomputations included).
+    chain = Chain(u_f=[1, 1], u_b=[1, 1], w_a=[10, 20], w_abar=[15, 25], w_a0=5,
+                  w_delta=[100, 200], w_delta0=1000, o_f=[1, 2], o_b=[7, 9], w_g=[3000, 4000])
+    sequence = rotor.parse_sequence("F_ck^1 F_all^2 B^2 F_all^1 B^1")
+    assert rotor.memory_profile(chain, sequence) == [
+        5 + 200 + 10 + 1,
+        5 + 200 + 10 + 25 + 2,
+        5 + 200 + 10 + 25 + 100 + 4000 + 9,  # B^2 makes delta^1 and its parameters' gradients
+        5 + 100 + 4000 + 15 + 1,  # the recomputation runs beside them
+        5 + 100 + 4000 + 15 + 1000 + 3000 + 7,
+    ]
+    # Counted from when they are made, not throughout: the DP finds the plan that fits.
+    budget = 5 + 100 + 4000 + 15 + 1000 + 3000 + 7
+    sol = rotor.solve(chain, budget, bins=None)
+    assert sol.peak <= budget
+    assert sol.makespan == rotor.brute_force(chain, budget).makespan
 
 
 def test_with_loss_and_parsing():
