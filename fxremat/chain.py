@@ -287,11 +287,12 @@ def _overhead(ops: list[fx.Node], inputs: set[str]) -> int:
 
 def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str],
                 gradients: list[fx.Node] = ()) -> rotor.Chain:
-    """The stages' Rotor parameters; ``gradients`` (the backward's outputs) made in a
-    stage's ``B^s`` are its ``w_g^s``, held from then to the end of the step."""
+    """The stages' Rotor parameters; ``gradients`` (backward outputs some stage makes:
+    ``gradients_in_chain``) made in a stage's ``B^s`` are its ``w_g^s``, held from then to
+    the end of the step."""
     u_f, u_b, w_a, w_abar, o_f, o_b = [], [], [], [], [], []
     w_g = [0] * len(lin.stages)
-    for g in gradients_in_chain(lin, gradients):
+    for g in gradients:
         w_g[lin.stage_of[g] - 1] += node_bytes(g)
     for st in lin.stages:
         u_f.append(sum(cost.get(n, 0.0) for n in st.forward))

@@ -605,9 +605,10 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
         return min(fitting, key=lambda f: f[0][1])[1]
 
     if solver in ("rotor", "rotor_exact"):
-        rchain = chain.rotor_chain(lin, cost, ctx.input_names, gradients)
         # The chain counts the gradients its stages make from when they are made.
-        outside -= sum(node_bytes(g) for g in chain.gradients_in_chain(lin, gradients))
+        in_chain = chain.gradients_in_chain(lin, gradients)
+        rchain = chain.rotor_chain(lin, cost, ctx.input_names, in_chain)
+        outside -= sum(node_bytes(g) for g in in_chain)
         # rotor_exact: the weakly persistent DP (Algorithm 1), exact over all sequences
         # that keep a stage's input until its backward ran, O(L^4 S): fewer stages.
         persistent = solver == "rotor"
@@ -699,11 +700,8 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
             break
         overstatement = last[1][2].predicted_peak_bytes / max(last_model + outside, 1.0)
         guess = budget / overstatement - outside
-        if guessing and lo < guess < hi:
-            mid = guess
-        else:
-            mid = (lo + hi) / 2 if hi < 4 * lo else (lo * hi) ** 0.5
-            guessing = False
+        guessed = guessing and lo < guess < hi
+        mid = guess if guessed else ((lo + hi) / 2 if hi < 4 * lo else (lo * hi) ** 0.5)
         seen = len(built)
         found = make(solve_at(mid))
         if fits(found):
@@ -712,7 +710,8 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
                 best = found
         else:
             hi = mid
-        guessing = not guessing or (fits(found) and len(built) > seen)
+        # After a bisection, guess again; after a guess, only if it fitted with a new plan.
+        guessing = not guessed or (fits(found) and len(built) > seen)
         if found is not None:
             last, last_model = found, mid
     return best[1]
