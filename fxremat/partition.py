@@ -39,6 +39,10 @@ REWEIGHT_MAX_DISTANCE = 100
 # Reductions whose output is this many times smaller than their input are saved,
 # never recomputed (Yu & He, section 3.4).
 SMALL_REDUCTION_RATIO = 4
+# The lean cut (for budgets the traffic-optimal plan does not fit) prices a saved byte at
+# this many reads: bytes decide, traffic breaks ties.
+LEAN_BYTE_PENALTY = 8.0
+LEAN_CUT = True  # chain solvers over budget also plan around the lean cut (``_cuts``)
 
 
 class BudgetError(ValueError):
@@ -104,8 +108,10 @@ def classify(joint: fx.GraphModule, num_fwd_outputs: int) -> NodeClasses:
     return NodeClasses(forward, required, inputs, list(fwd_outputs), list(bwd_outputs), distance)
 
 
-def ban_reason(node: fx.Node, classes: NodeClasses) -> str | None:
-    """Why a forward node must not be recomputed in the backward, or None if it may be."""
+def ban_reason(node: fx.Node, classes: NodeClasses, lean: bool = False) -> str | None:
+    """Why a forward node must not be recomputed in the backward, or None if it may be.
+    ``lean``: for the saved set of fewest bytes, a node the backward materializes anyway
+    may be recomputed (it saves no traffic, but it saves memory)."""
     if _compat.is_must_save(node):
         return "must_save"
     if oplib.is_random(node):
@@ -121,7 +127,7 @@ def ban_reason(node: fx.Node, classes: NodeClasses) -> str | None:
         return "compute_intensive"
     if not oplib.is_fusible(node):
         return "unfusible"
-    if any(u not in classes.forward and not oplib.fusible_pair(node, u) for u in _consumers(node)):
+    if not lean and any(u not in classes.forward and not oplib.fusible_pair(node, u) for u in _consumers(node)):
         # The backward materializes it anyway (Lemma 3.1): recomputing saves no traffic.
         return "unfusible_backward_user"
     if oplib.is_reduction(node):
@@ -153,7 +159,12 @@ def is_materialized(node: fx.Node, classes: NodeClasses) -> bool:
     return any(not oplib.fusible_pair(node, u) for u in _consumers(node))
 
 
-def mincut_problem(joint: fx.GraphModule, classes: NodeClasses) -> tuple[mincut.MinCutProblem, dict[str, str]]:
+def mincut_problem(joint: fx.GraphModule, classes: NodeClasses, lean: bool = False
+                   ) -> tuple[mincut.MinCutProblem, dict[str, str]]:
+    """The min-cut problem of the joint graph and why each banned node is banned.
+    ``lean``: the problem whose cut saves the fewest bytes (``LEAN_BYTE_PENALTY``),
+    recomputing in the backward the cheap ops the traffic-optimal cut saves because the
+    backward would write them anyway (a GELU, a layer norm feeding a matmul)."""
     nodes = [n for n in joint.graph.nodes if n.op != "output"]
     banned: dict[str, str] = {}
     weight: dict[str, float] = {}
@@ -164,7 +175,7 @@ def mincut_problem(joint: fx.GraphModule, classes: NodeClasses) -> tuple[mincut.
     for node in nodes:
         if node not in classes.forward:
             continue
-        reason = None if node.op in ("placeholder", "get_attr") else ban_reason(node, classes)
+        reason = None if node.op in ("placeholder", "get_attr") else ban_reason(node, classes, lean)
         if reason:
             banned[node.name] = reason
         if node.op == "get_attr" or is_multi_output(node):
@@ -191,6 +202,7 @@ def mincut_problem(joint: fx.GraphModule, classes: NodeClasses) -> tuple[mincut.
         banned=set(banned),
         must_recompute=must_recompute,
         unsaveable=unsaveable,
+        byte_penalty=LEAN_BYTE_PENALTY if lean else 0.0,
     )
     return problem, banned
 
@@ -337,8 +349,11 @@ def partition(
         try:
             with _compat.lazy_graph_modules():
                 if staged:
-                    fwd, bwd, plan = _staged(ctx, bwd, chosen, target, options.solver)
-                    plan.notes["why"] = f"solver={options.solver!r} was asked for"
+                    cuts = _cuts(ctx, bwd, chosen) if over and options.solver in CHAIN_SOLVERS else \
+                        [("traffic", ctx, bwd, chosen)]
+                    fwd, bwd, plan = _fastest_over_cuts(cuts, lambda c, b, s: _staged(c, b, s, target,
+                                                                                       options.solver))
+                    plan.notes["why"] = f"solver={options.solver!r} was asked for" + plan.notes.pop("cuts", "")
                 else:
                     fwd, bwd, plan = _auto(ctx, bwd, chosen, target, plan.predicted_peak_bytes)
         except BudgetError as error:
@@ -387,7 +402,9 @@ def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
     Checkmate's ILP, Checkmate plans it too -- it may free and recompute a skipped
     value where Rotor carries it -- and the plan with the smaller estimated time wins."""
     over = f"the min-cut plan ({_fmt(mincut_peak)}) is over the budget ({_fmt(budget)})"
-    rotor_result = _staged(ctx, mincut_bwd, mincut_saved, budget, "rotor")
+    rotor_result = _fastest_over_cuts(_cuts(ctx, mincut_bwd, mincut_saved),
+                                      lambda c, b, s: _staged(c, b, s, budget, "rotor"))
+    over += rotor_result[2].notes.pop("cuts", "")
     from . import stage_graph
 
     lin, cost = _linearize(ctx, mincut_bwd, mincut_saved, AUTO_CHECKMATE_MAX_STAGES)
@@ -411,6 +428,50 @@ def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
                               f"{'no plan' if checkmate_result is None else f'{c * 1e3:.3f} ms'}: "
                               f"{winner[2].solver}")
     return winner
+
+
+def _cuts(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]) -> list[tuple]:
+    """The saved sets a chain solver plans around when the min-cut plan is over the
+    budget: the traffic-optimal one, and the lean one (fewest bytes, ``mincut_problem``)
+    when it differs. A stage Rotor keeps whole holds its part of the saved set: the lean
+    one costs some recomputation in the stage's backward but lets more stages be kept.
+    Each: (label, context, backward graph of the min-cut plan, saved nodes)."""
+    cuts = [("traffic", ctx, mincut_bwd, mincut_saved)]
+    if not LEAN_CUT:
+        return cuts
+    problem, banned = mincut_problem(ctx.joint, ctx.classes, lean=True)
+    solution = mincut.solve(problem)
+    saved = [ctx.by_name[name] for name in problem.nodes if name in solution.saved]
+    if set(saved) != set(mincut_saved):
+        _, bwd = _extract(ctx, saved)
+        _costs(ctx)  # one cost model for every cut
+        cuts.append(("lean", dataclasses.replace(ctx, banned=banned), bwd, saved))
+    return cuts
+
+
+def _fastest_over_cuts(cuts: list[tuple], plan_one) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+    """``plan_one(context, backward, saved)`` around each cut of ``_cuts``; the plan with the
+    least estimated time (the chain solvers' makespans share one cost model), the first
+    on ties. Its ``notes["cuts"]`` says what each cut gave. Raises the BudgetError naming
+    the least minimum when no cut has a plan within the budget."""
+    found, errors = [], []
+    for label, context, bwd, saved in cuts:
+        try:
+            result = plan_one(context, bwd, saved)
+        except BudgetError as error:
+            errors.append(error)
+            continue
+        result[2].notes["saved_set"] = label
+        found.append((label, result))
+    if not found:
+        raise min(errors, key=lambda e: e.least_bytes if e.least_bytes is not None else float("inf"))
+    label, best = min(found, key=lambda f: f[1][2].cut_cost)
+    if len(cuts) > 1:
+        estimates = ", ".join(f"{lab} {res[2].cut_cost * 1e3:.3f} ms" for lab, res in found)
+        failed = "".join(f"; {lab}: no plan within the budget" for lab, *_ in cuts if lab not in dict(found))
+        best[2].notes["cuts"] = (f"; planned around the traffic-optimal and the lean (fewest bytes) saved sets, "
+                                 f"estimated {estimates}{failed}: {label}")
+    return best
 
 
 def _extract(ctx: _Context, saved: list[fx.Node], backward_template: bool = False
@@ -490,19 +551,27 @@ def _linearize(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.
     each op's estimated seconds (``costmodel.node_costs``: Inductor-like kernels on the
     device the graph runs on), which cost the stages. ``weigh_memory``: stages of
     similar time plus memory, for the chain solvers (``chain.linearize``)."""
-    from . import chain, costmodel
+    from . import chain
 
     in_backward = {n.name for n in mincut_bwd.graph.nodes if n.op == "call_function"}
     backward = [n for n in ctx.joint.graph.nodes if n.name in in_backward]
-    if ctx.costs is None:  # once per graph: solver="auto" linearizes twice
-        device = _graph_device(ctx.joint)
-        timer = costmodel.OpTimer(device) if ctx.options.cost_model == "measured" else None
-        ctx.costs = costmodel.node_costs(ctx.joint, device, timer)
-    cost = ctx.costs
+    cost = _costs(ctx)
     lin = chain.linearize(ctx.joint, ctx.classes.forward, ctx.classes.required_forward, ctx.input_names, backward,
                           set(mincut_saved), cost, max_stages=max_stages, differentiable=_differentiable_inputs(ctx),
                           weigh_memory=weigh_memory)
     return lin, cost
+
+
+def _costs(ctx: _Context) -> dict[fx.Node, float]:
+    """Each op's estimated seconds, found once per graph (solver="auto" linearizes more
+    than once, around more than one saved set)."""
+    from . import costmodel
+
+    if ctx.costs is None:
+        device = _graph_device(ctx.joint)
+        timer = costmodel.OpTimer(device) if ctx.options.cost_model == "measured" else None
+        ctx.costs = costmodel.node_costs(ctx.joint, device, timer)
+    return ctx.costs
 
 
 def _graph_device(joint: fx.GraphModule) -> str:

@@ -63,6 +63,10 @@ class MinCutProblem:
     must_recompute: forward nodes the user asked to recompute (never saved).
     unsaveable: forward nodes that cannot be handed to the backward themselves
         (tuples of a multi-output op: their items are saved instead).
+    byte_penalty: the price of holding a saved byte from the forward to the backward,
+        in units of traffic: every saved node costs ``byte_penalty * w`` on top of its
+        traffic. 0 (the default) is Yu & He's traffic-optimal cut; a large value gives
+        the saved set of fewest bytes, ties broken by traffic (for tight budgets).
     """
 
     nodes: list[str]
@@ -74,6 +78,7 @@ class MinCutProblem:
     banned: set[str] = dataclasses.field(default_factory=set)
     must_recompute: set[str] = dataclasses.field(default_factory=set)
     unsaveable: set[str] = dataclasses.field(default_factory=set)
+    byte_penalty: float = 0.0
 
 
 @dataclasses.dataclass
@@ -83,9 +88,10 @@ class MinCutSolution:
 
 
 def capacity(problem: MinCutProblem, node: str) -> float:
-    """Algorithm 2: ``w`` when the forward materializes the node anyway, else ``2w``."""
+    """Algorithm 2: ``w`` when the forward materializes the node anyway, else ``2w``;
+    plus ``byte_penalty * w`` for holding it."""
     w = problem.weight[node]
-    return w if node in problem.materialized else 2 * w
+    return (1 if node in problem.materialized else 2) * w + problem.byte_penalty * w
 
 
 def build_graph(problem: MinCutProblem) -> nx.DiGraph:

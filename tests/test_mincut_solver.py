@@ -23,8 +23,10 @@ def problems(draw):
     weight = {f: float(draw(st.integers(1, 9))) for f in fwd}
     materialized = set(draw(st.sets(st.sampled_from(fwd)))) | inputs
     banned = set(draw(st.sets(st.sampled_from(fwd[n_inputs:]), max_size=2))) if n_fwd > n_inputs else set()
+    byte_penalty = draw(st.sampled_from([0.0, 0.5, 8.0]))
     return mincut.MinCutProblem(nodes=fwd + bwd, edges=edges, forward=set(fwd), inputs=inputs,
-                                weight=weight, materialized=materialized, banned=banned)
+                                weight=weight, materialized=materialized, banned=banned,
+                                byte_penalty=byte_penalty)
 
 
 @settings(max_examples=200, deadline=None)
@@ -51,3 +53,15 @@ def test_tie_break_prefers_the_value_closer_to_the_backward():
         forward={"x", "a", "b"}, inputs={"x"}, weight={"x": 100.0, "a": 4.02, "b": 4.01},
         materialized={"x", "a", "b"}, banned={"a"})
     assert mincut.solve(problem).saved == {"b"}
+
+
+def test_byte_penalty_trades_traffic_for_fewer_saved_bytes():
+    """x -> a (4 bytes, written by the forward anyway) -> p (3 bytes, fused away unless
+    saved) -> backward. Saving a costs one read (4); saving p costs a write and a read
+    (6) but holds a byte less. The traffic-optimal cut saves a; priced per byte, p."""
+    kwargs = dict(nodes=["x", "a", "p", "g"], edges=[("x", "a"), ("a", "p"), ("p", "g")],
+                  forward={"x", "a", "p"}, inputs={"x"}, weight={"x": 8.0, "a": 4.0, "p": 3.0},
+                  materialized={"x", "a"})
+    assert mincut.solve(mincut.MinCutProblem(**kwargs)).saved == {"a"}
+    lean = mincut.solve(mincut.MinCutProblem(**kwargs, byte_penalty=8.0))
+    assert lean.saved == {"p"} and lean.cost == 2 * 3.0 + 8.0 * 3.0

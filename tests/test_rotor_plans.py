@@ -89,6 +89,26 @@ def test_measured_stage_costs_give_a_correct_plan_and_the_same_plan_again(tmp_pa
     assert roofline.cut_cost != plan.cut_cost  # the measured times were used
 
 
+def test_rotor_plans_around_the_lean_saved_set_too(monkeypatch):
+    """Over budget, the chain is planned around the traffic-optimal saved set and the
+    lean one (fewest bytes: the layer norms and GELUs the backward would write anyway are
+    recomputed there, so a stage kept whole holds less) and the faster estimate wins. On
+    this transformer at half its memory that is the lean one; its gradients are exact."""
+    from fxremat import partition
+
+    options = {"memory_budget": 0.5, "solver": "rotor"}
+    grads, plan, (model, batch) = _grads_and_plan(models.make_transformer, TRANSFORMER, options)
+    assert plan.notes["saved_set"] == "lean"
+    assert "traffic-optimal and the lean" in plan.notes["why"]
+    assert plan.predicted_peak_bytes <= plan.budget_bytes
+    _assert_equal_to_eager(grads, model, batch)
+    monkeypatch.setattr(partition, "LEAN_CUT", False)
+    _, traffic_plan, _ = _grads_and_plan(models.make_transformer, TRANSFORMER, options)
+    assert traffic_plan.notes["saved_set"] == "traffic"
+    assert plan.cut_cost < traffic_plan.cut_cost
+    assert plan.budget_bytes == traffic_plan.budget_bytes
+
+
 def test_auto_uses_mincut_when_it_fits_and_rotor_otherwise():
     _, plan, _ = _grads_and_plan(models.make_transformer, TRANSFORMER, {"memory_budget": 1.0})
     assert plan.solver == "mincut"
