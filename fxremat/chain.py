@@ -232,6 +232,11 @@ def _stages(order, cuts, last_fwd_use, backward, saved, free, forward, pinned) -
     for b in backward:
         if b in forward and b in stage_of:
             continue
+        if b in free:
+            # Made on demand where read (``_Emitter.value``). In B^L it would be made
+            # first and held through the whole backward: the lean saved set recomputes a
+            # layer norm of the step's input that way, an activation held from B^L to B^1.
+            continue
         t = max((stage_of[a] for a in b.all_input_nodes if a in stage_of and a not in free), default=len(stages))
         bwd_stage[b] = min([t] + [bwd_stage[a] for a in b.all_input_nodes if a in bwd_stage])
     # Forward ops the min-cut recomputes run in the B^s of their first (latest-stage)
