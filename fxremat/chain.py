@@ -6,7 +6,9 @@
    stages to at most ``max_stages`` of similar weight (time; for Rotor, time plus
    allocated bytes); give every backward node (and every forward op the min-cut plan
    recomputes in the backward) the stage whose gradient it computes.
-2. ``rotor_chain``: the stages' Rotor parameters: ``u_f``, ``u_b`` (cost model),
+2. ``rotor_chain``: the stages' Rotor parameters: ``u_f``, ``u_b`` (cost model; and
+   ``u_f_last``, the cost of the ops ``B^s`` needs, for an ``F_all^s`` whose output no
+   later stage reads),
    ``omega_a`` (bytes of ``a^s``), ``omega_abar`` (``a^s`` plus the min-cut saved set
    inside the stage, so the DP stays fusion-aware), ``o_f``, ``o_b`` (temporaries).
 3. ``emit_backward``: the backward graph for a Rotor sequence: recomputed stages are
@@ -299,14 +301,21 @@ def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]
     w_g = [0] * len(lin.stages)
     for g in gradients:
         w_g[lin.stage_of[g] - 1] += node_bytes(g)
+    u_f_last = []
     for st in lin.stages:
         u_f.append(sum(cost.get(n, 0.0) for n in st.forward))
+        # F_all^s with delta^s current: only what B^s reads is made (the emission's dead
+        # code elimination drops the ops that only make a^s).
+        members = set(st.forward)
+        read = [a for n in st.backward for a in n.all_input_nodes if a in members]
+        u_f_last.append(sum(cost.get(n, 0.0) for n in _needed(st, st.saved + read)))
         u_b.append(sum(cost.get(n, 0.0) for n in st.backward))
         w_a.append(storage_bytes(st.boundary, inputs))
         w_abar.append(storage_bytes(st.boundary + st.saved, inputs))
         o_f.append(_overhead(st.forward, inputs))
         o_b.append(_overhead(st.backward, inputs))
-    return rotor.Chain(u_f=u_f, u_b=u_b, w_a=w_a, w_abar=w_abar, w_a0=0.0, o_f=o_f, o_b=o_b, w_g=w_g).with_loss()
+    return rotor.Chain(u_f=u_f, u_b=u_b, w_a=w_a, w_abar=w_abar, w_a0=0.0, o_f=o_f, o_b=o_b, w_g=w_g,
+                       u_f_last=u_f_last).with_loss()
 
 
 def gradients_in_chain(lin: Linearization, gradients: list[fx.Node]) -> list[fx.Node]:

@@ -141,6 +141,12 @@ class Chain:
     w_delta0: size of ``delta^0``, the gradient of the input (default ``w_a0``).
     o_f, o_b: peak overheads of ``F^s`` and ``B^s``: temporary memory on top of their
         inputs and outputs (default 0).
+    u_f_last: time of ``F_all^s`` run while the current gradient is ``delta^s`` (default
+        ``u_f``). The stages after ``s`` are then done, so nothing reads ``a^s`` again and
+        the ops that only make it are skipped: a stage whose output is made by a matmul
+        that its backward does not need (a transformer block's last projection) costs
+        less there. An extension of the paper's model, which charges ``u_f`` and so
+        overprices the last stage of every recomputed segment.
     w_g: bytes ``B^s`` makes that stay to the end of the step (the gradients of the
         stage's parameters; default 0). An extension of the paper's model: counted
         outside the chain as alive throughout, the gradients of a deep model's later
@@ -180,6 +186,7 @@ class Chain:
     o_f: Sequence[float] | None = None
     o_b: Sequence[float] | None = None
     w_g: Sequence[float] | None = None
+    u_f_last: Sequence[float] | None = None
 
     def __post_init__(self):
         n = len(self.u_f)
@@ -194,6 +201,7 @@ class Chain:
         fix("o_f", _floats([0.0] * n if self.o_f is None else self.o_f, n, "o_f"))
         fix("o_b", _floats([0.0] * n if self.o_b is None else self.o_b, n, "o_b"))
         fix("w_g", _floats([0.0] * n if self.w_g is None else self.w_g, n, "w_g"))
+        fix("u_f_last", _floats(self.u_f if self.u_f_last is None else self.u_f_last, n, "u_f_last"))
         fix("w_a0", _floats([self.w_a0], 1, "w_a0")[0])
         fix("w_delta0", _floats([self.w_a0 if self.w_delta0 is None else self.w_delta0], 1, "w_delta0")[0])
 
@@ -210,7 +218,7 @@ class Chain:
         return Chain(u_f=self.u_f + (0.0,), u_b=self.u_b + (0.0,), w_a=self.w_a + (0.0,),
                      w_abar=self.w_abar + (0.0,), w_a0=self.w_a0, w_delta=self.w_delta + (0.0,),
                      w_delta0=self.w_delta0, o_f=self.o_f + (0.0,), o_b=self.o_b + (0.0,),
-                     w_g=self.w_g + (0.0,))
+                     w_g=self.w_g + (0.0,), u_f_last=self.u_f_last + (0.0,))
 
 
 @dataclasses.dataclass
@@ -237,6 +245,7 @@ class _Arrays:
         self.n = chain.length
         z = (0.0,)
         self.uf = np.array(z + chain.u_f)
+        self.ufl = np.array(z + chain.u_f_last)
         self.ub = np.array(z + chain.u_b)
         self.wa = np.array((chain.w_a0,) + chain.w_a)
         self.wab = np.array((chain.w_a0,) + chain.w_abar)
@@ -284,6 +293,13 @@ def _apply(c: _Arrays, act: list, k: int, mem, op: Op):
     return k, mem, during
 
 
+def _time(c: _Arrays, op: Op, k: int) -> float:
+    """The time of ``op`` run while the current gradient is ``delta^k``."""
+    if op.kind == B:
+        return float(c.ub[op.stage])
+    return float(c.ufl[op.stage] if op.kind == F_ALL and op.stage == k else c.uf[op.stage])
+
+
 def _run(chain: Chain, sequence: Iterable[Op], budget: float | None, complete: bool = True):
     """Yields ``(op, time, memory while op runs)``; the checks of :func:`simulate`."""
     c = _Arrays(chain)
@@ -292,10 +308,12 @@ def _run(chain: Chain, sequence: Iterable[Op], budget: float | None, complete: b
     k = c.n
     mem = float(c.wa[0] + c.wd[c.n])
     for i, op in enumerate(sequence):
-        k, mem, during = _apply(c, act, k, mem, op)
+        gradient = k
+        k, mem, during = _apply(c, act, k, mem, op)  # validates op first
+        time = _time(c, op, gradient)
         if budget is not None and during > budget:
             raise InvalidSequence(f"operation {i} ({op}) needs {float(during):g} > budget {budget:g}")
-        yield op, float(c.ub[op.stage] if op.kind == B else c.uf[op.stage]), float(during)
+        yield op, time, float(during)
     if complete and k != 0:
         raise InvalidSequence(f"the sequence ends with delta^{k}, not delta^0")
 
@@ -390,7 +408,7 @@ def brute_force(chain: Chain, budget: float, persistent: bool = False) -> Soluti
                 elif op.kind == B:
                     new_pending = pending - {op.stage}
             new_state = (new_k, tuple(new_act), new_pending)
-            new_cost = cost + float(c.ub[op.stage] if op.kind == B else c.uf[op.stage])
+            new_cost = cost + _time(c, op, k)
             if new_cost < best.get(new_state, math.inf):
                 best[new_state] = new_cost
                 parent[new_state] = (state, op)
@@ -428,7 +446,7 @@ def _discretise(chain: Chain, budget: float, bins: int | None) -> tuple[_Arrays,
 # P(s, t, m): best time to turn (a^(s-1), delta^t) into delta^(s-1) with a^(s-1) kept
 #   until B^s, peak <= m not counting a^(s-1). (wd^t: delta^t with the parameter gradients
 #   of stages > t; wdb^s: what B^s adds, delta^(s-1) and w_g^s; see _Arrays.)
-#   F_all^s:  u_f + u_b + P(s+1, t, m - w_abar^s)   [s < t]; u_f + u_b [s = t]
+#   F_all^s:  u_f + u_b + P(s+1, t, m - w_abar^s)   [s < t]; u_f_last + u_b [s = t]
 #             if m >= max(wd^t + wab^s + of^s, wd^s + wdb^s + wab^s + ob^s)
 #   F_ck^s:   u_f^s + Q(s, s+1, t, m)  if m >= wd^t + wa^s + of^s           [s < t]
 # Q(s, j, t, m): same, a^(s-1) kept and a^(j-1) (counted in m) the latest forward output.
@@ -453,6 +471,7 @@ def _persistent_table(c: _Arrays, S: int) -> list[np.ndarray]:
     wa, wab, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
     uf = c.uf.astype(_DT)
     uall = (c.uf + c.ub).astype(_DT)
+    ulast = (c.ufl + c.ub).astype(_DT)  # F_all^s B^s with delta^s current: a^s is not made
     width = S + 1
     cells = (n + 1) * (n + 2) // 2 * width
     if cells > 2 ** 30:
@@ -467,7 +486,7 @@ def _persistent_table(c: _Arrays, S: int) -> list[np.ndarray]:
             row = Pt[j]
             thr_all = max(wd[t] + wab[j] + of[j], wd[j] + wdb[j] + wab[j] + ob[j])
             if j == t:
-                row[min(thr_all, width):] = uall[j]
+                row[min(thr_all, width):] = ulast[j]
             else:
                 np.add(_shift(Pt[j + 1], wab[j]), uall[j], out=row)
                 row[:thr_all] = np.inf
@@ -491,6 +510,7 @@ def _persistent_sequence(c: _Arrays, P: list[np.ndarray], m0: int) -> list[Op]:
     wa, wab, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
     uf = c.uf.astype(_DT)
     uall = (c.uf + c.ub).astype(_DT)
+    ulast = (c.ufl + c.ub).astype(_DT)
     inf = _DT(np.inf)
 
     def p(s, t, m):
@@ -507,7 +527,7 @@ def _persistent_sequence(c: _Arrays, P: list[np.ndarray], m0: int) -> list[Op]:
         thr_all = max(wd[t] + wab[s] + of[s], wd[s] + wdb[s] + wab[s] + ob[s])
         v_all = inf
         if m >= thr_all:
-            v_all = uall[s] if s == t else p(s + 1, t, m - wab[s]) + uall[s]
+            v_all = ulast[s] if s == t else p(s + 1, t, m - wab[s]) + uall[s]
         v_ck, chain_q = inf, None
         if s < t and m >= wd[t] + wa[s] + of[s]:
             # Q(s, j, t, m) for j = t .. s+1, and whether F_∅^j was the better move.
@@ -568,7 +588,7 @@ def _persistent_min_memory(c: _Arrays) -> float:
 #
 # C(s, t, l, m): from (a^(s-1), delta^l), reach delta^(t-1) having discarded every
 #   activation of index >= s-1, peak <= m not counting a^(s-1); s <= t <= l.
-#   F_all^s  [t = s]:  u_f + u_b + C(s+1, s+1, l, m - wab^s)  ([s = l]: u_f + u_b)
+#   F_all^s  [t = s]:  u_f + u_b + C(s+1, s+1, l, m - wab^s)  ([s = l]: u_f_last + u_b)
 #                      if m >= max(wd^l + wab^s + of^s, wd^s + wdb^s + wab^s + ob^s)
 #   F_∅^s    [t > s]:  u_f^s + C(s+1, t, l, m + wa^(s-1) - wa^s)   if m >= wd^l + wa^s + of^s
 #   F_ck^s   [t < l]:  u_f^s + min over t' in (t, l] of
@@ -592,7 +612,7 @@ def _weak_table(c: _Arrays, S: int) -> np.ndarray:
             thr_f = wd[l] + wa[s] + of[s]
             cell = C[s, :, l]  # (t, m) view
             # F_all^s, t = s
-            v = (np.full(width, c.uf[s] + c.ub[s]) if s == l
+            v = (np.full(width, c.ufl[s] + c.ub[s]) if s == l
                  else _shift(C[s + 1, s + 1, l], wab[s]) + (c.uf[s] + c.ub[s]))
             v[:thr_all] = np.inf
             cell[s] = v
@@ -634,7 +654,7 @@ def _weak_sequence(c: _Arrays, C: np.ndarray, m0: int) -> list[Op]:
         thr_f = wd[l] + wa[s] + of[s]
         if t == s and m >= max(wd[l] + wab[s] + of[s], wd[s] + wdb[s] + wab[s] + ob[s]):
             if s == l:
-                options.append((c.uf[s] + c.ub[s], 0, [Op(F_ALL, s), Op(B, s)]))
+                options.append((c.ufl[s] + c.ub[s], 0, [Op(F_ALL, s), Op(B, s)]))
             else:
                 options.append((cv(s + 1, s + 1, l, m - wab[s]) + (c.uf[s] + c.ub[s]), 0,
                                 [Op(F_ALL, s), ("C", s + 1, s + 1, l, m - wab[s]), Op(B, s)]))

@@ -112,10 +112,14 @@ def chains(draw, max_stages=4):
     # Mostly abar >= a (abar contains a), sometimes not: the DPs do not rely on it.
     w_abar = [a + e if keep else e for a, e, keep in zip(w_a, draw(ints(3)), draw(st.lists(
         st.booleans(), min_size=n, max_size=n)))]
-    chain = Chain(u_f=draw(ints(4)), u_b=draw(ints(3)), w_a=w_a, w_abar=w_abar,
+    u_f = draw(ints(4))
+    # u_f_last <= u_f: F_all^s with delta^s current skips the ops only a^s needs.
+    u_f_last = draw(st.none() | st.lists(st.integers(0, 4), min_size=n, max_size=n).map(
+        lambda cut: [max(f - c, 0) for f, c in zip(u_f, cut)]))
+    chain = Chain(u_f=u_f, u_b=draw(ints(3)), w_a=w_a, w_abar=w_abar,
                   w_a0=draw(st.integers(0, 4)),
                   w_delta=draw(st.none() | ints(4)), w_delta0=draw(st.none() | st.integers(0, 4)),
-                  o_f=draw(ints(6)), o_b=draw(ints(6)), w_g=draw(st.none() | ints(3)))
+                  o_f=draw(ints(6)), o_b=draw(ints(6)), w_g=draw(st.none() | ints(3)), u_f_last=u_f_last)
     return chain.with_loss() if draw(st.booleans()) else chain
 
 
@@ -225,7 +229,9 @@ def test_makespan_non_increasing_in_budget(chain):
             assert makespan <= previous[persistent]
             previous[persistent] = makespan
         assert previous[False] <= previous[True]  # the exact DP is never worse
-    assert previous[True] == sum(chain.u_f) + sum(chain.u_b)  # enough memory: no recomputation
+    # Enough memory: no recomputation (F_all^L runs with delta^L current: u_f_last).
+    assert previous[True] == rotor.simulate(chain, rotor.store_all(chain))[0] == \
+        sum(chain.u_f[:-1]) + chain.u_f_last[-1] + sum(chain.u_b)
 
 
 # ------------------------------------------------------------------------ the validator
@@ -284,6 +290,23 @@ def test_parameter_gradients_stay_to_the_end():
     sol = rotor.solve(chain, budget, bins=None)
     assert sol.peak <= budget
     assert sol.makespan == rotor.brute_force(chain, budget).makespan
+
+
+def test_last_forward_of_a_segment_skips_its_output():
+    # F_all^s run while delta^s is current (the stages after s are done) costs u_f_last:
+    # nothing reads a^s again. Without a loss stage, the sequence starts with delta^2.
+    chain = Chain(u_f=[10, 10], u_b=[1, 1], w_a=[4, 4], w_abar=[8, 8], w_a0=0, u_f_last=[3, 6])
+    store_all = rotor.parse_sequence("F_all^1 F_all^2 B^2 B^1")
+    assert rotor.simulate(chain, store_all)[0] == 10 + 6 + 1 + 1
+    # Recomputing stage 1 after B^2 runs it with delta^1 current: 3, not 10.
+    recompute = rotor.parse_sequence("F_ck^1 F_all^2 B^2 F_all^1 B^1")
+    assert rotor.simulate(chain, recompute)[0] == 10 + 6 + 1 + 3 + 1
+    # At that sequence's peak (below store-all's), the DPs and brute force charge the same.
+    budget = rotor.simulate(chain, recompute)[1]
+    assert budget < rotor.simulate(chain, store_all)[1]
+    for persistent in (True, False):
+        sol = rotor.solve(chain, budget, bins=None, persistent=persistent)
+        assert sol.makespan == 21 == rotor.brute_force(chain, budget, persistent).makespan
 
 
 def test_with_loss_and_parsing():
