@@ -351,9 +351,9 @@ def partition(
                 if staged:
                     cuts = _cuts(ctx, bwd, chosen) if over and options.solver in CHAIN_SOLVERS else \
                         [("traffic", ctx, bwd, chosen)]
-                    fwd, bwd, plan = _fastest_over_cuts(cuts, lambda c, b, s: _staged(c, b, s, target,
-                                                                                       options.solver))
-                    plan.notes["why"] = f"solver={options.solver!r} was asked for" + plan.notes.pop("cuts", "")
+                    (fwd, bwd, plan), cuts_why = _fastest_over_cuts(
+                        cuts, lambda c, b, s: _staged(c, b, s, target, options.solver))
+                    plan.notes["why"] = f"solver={options.solver!r} was asked for{cuts_why}"
                 else:
                     fwd, bwd, plan = _auto(ctx, bwd, chosen, target, plan.predicted_peak_bytes)
         except BudgetError as error:
@@ -402,9 +402,9 @@ def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
     Checkmate's ILP, Checkmate plans it too -- it may free and recompute a skipped
     value where Rotor carries it -- and the plan with the smaller estimated time wins."""
     over = f"the min-cut plan ({_fmt(mincut_peak)}) is over the budget ({_fmt(budget)})"
-    rotor_result = _fastest_over_cuts(_cuts(ctx, mincut_bwd, mincut_saved),
-                                      lambda c, b, s: _staged(c, b, s, budget, "rotor"))
-    over += rotor_result[2].notes.pop("cuts", "")
+    rotor_result, cuts_why = _fastest_over_cuts(_cuts(ctx, mincut_bwd, mincut_saved),
+                                                lambda c, b, s: _staged(c, b, s, budget, "rotor"))
+    over += cuts_why
     from . import stage_graph
 
     lin, cost = _linearize(ctx, mincut_bwd, mincut_saved, AUTO_CHECKMATE_MAX_STAGES)
@@ -449,11 +449,11 @@ def _cuts(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
     return cuts
 
 
-def _fastest_over_cuts(cuts: list[tuple], plan_one) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
-    """``plan_one(context, backward, saved)`` around each cut of ``_cuts``; the plan with the
-    least estimated time (the chain solvers' makespans share one cost model), the first
-    on ties. Its ``notes["cuts"]`` says what each cut gave. Raises the BudgetError naming
-    the least minimum when no cut has a plan within the budget."""
+def _fastest_over_cuts(cuts: list[tuple], plan_one) -> tuple[tuple[fx.GraphModule, fx.GraphModule, Plan], str]:
+    """``plan_one(context, backward, saved)`` around each cut of ``_cuts``: the plan with the
+    least estimated time (the chain solvers' makespans share one cost model; the first on
+    ties), and what each cut gave, for the plan's ``why`` ("" for one cut). Raises the
+    BudgetError naming the least minimum when no cut has a plan within the budget."""
     found, errors = [], []
     for label, context, bwd, saved in cuts:
         try:
@@ -466,12 +466,12 @@ def _fastest_over_cuts(cuts: list[tuple], plan_one) -> tuple[fx.GraphModule, fx.
     if not found:
         raise min(errors, key=lambda e: e.least_bytes if e.least_bytes is not None else float("inf"))
     label, best = min(found, key=lambda f: f[1][2].cut_cost)
-    if len(cuts) > 1:
-        estimates = ", ".join(f"{lab} {res[2].cut_cost * 1e3:.3f} ms" for lab, res in found)
-        failed = "".join(f"; {lab}: no plan within the budget" for lab, *_ in cuts if lab not in dict(found))
-        best[2].notes["cuts"] = (f"; planned around the traffic-optimal and the lean (fewest bytes) saved sets, "
-                                 f"estimated {estimates}{failed}: {label}")
-    return best
+    if len(cuts) == 1:
+        return best, ""
+    estimates = ", ".join(f"{lab} {res[2].cut_cost * 1e3:.3f} ms" for lab, res in found)
+    failed = "".join(f"; {lab}: no plan within the budget" for lab, *_ in cuts if lab not in dict(found))
+    return best, (f"; planned around the traffic-optimal and the lean (fewest bytes) saved sets, "
+                  f"estimated {estimates}{failed}: {label}")
 
 
 def _extract(ctx: _Context, saved: list[fx.Node], backward_template: bool = False
