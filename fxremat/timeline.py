@@ -19,12 +19,50 @@ from .passes.memory import Step, Timeline, simulate
 from .sizes import flat_tensors, is_multi_output, node_bytes, storage_of, tensor_bytes
 
 
-def _readers(node: fx.Node) -> list[fx.Node]:
-    """The nodes that read ``node``'s data, looking through views (the output node included)."""
+def _readers(node: fx.Node, copies: bool = True) -> list[fx.Node]:
+    """The nodes that read ``node``'s data, looking through views (the output node included).
+    ``copies=False``: not through the views Inductor would copy (``_copied_view``), which
+    read ``node`` as one more pointwise reader."""
     found = []
     for user in node.users:
-        found.extend(_readers(user) if user.op == "call_function" and oplib.is_view(user) else [user])
+        if user.op == "call_function" and oplib.is_view(user):
+            found.extend(_readers(user) if copies or not _copied_view(user) else [user])
+        else:
+            found.append(user)
     return found
+
+
+# Library ops whose inputs Inductor lays out with the strides the graph recorded
+# (``GraphLowering.run_node``'s ``need_fixed_layout``).
+_FIXED_LAYOUT = frozenset({torch.ops.aten.mm.default, torch.ops.aten._int_mm.default,
+                           torch.ops.aten.convolution_backward.default})
+_RESHAPES = frozenset({torch.ops.aten.view.default, torch.ops.aten._unsafe_view.default,
+                       torch.ops.aten.reshape.default, torch.ops.aten.alias.default})
+
+
+def _copied_view(view: fx.Node) -> bool:
+    """Would Inductor copy this view into a buffer of its own, should its base be inlined?
+
+    Lowering a view with several readers, one of them a library op that needs a fixed
+    layout (``mm``), Inductor first hints its base to be written, which it does only when
+    the base's inlined body loads more than one tensor with more than one element
+    (``StorageBox.realize_hint``), then fixes the view's strides: a view of a value not
+    written is copied (``require_stride_order``), and its readers read the copy while the
+    base stays inlined in its own readers (checked on torch 2.13: ``v = (a * t).view(-1, d)``
+    read by ``v @ w``, ``v.t() @ b`` and ``v.sum(0)``, with ``t`` a 0-d tensor, copies ``v``
+    and recomputes ``a * t`` in its other reader; with ``t`` a tensor like ``a``, or with
+    ``v`` read by the ``mm`` alone, ``a * t`` is written once). A reshape to the same shape
+    is no view to Inductor."""
+    if view.op != "call_function" or not oplib.is_view(view) or oplib.is_getitem(view):
+        return False
+    base = view.args[0] if view.args and isinstance(view.args[0], fx.Node) else None
+    if base is None or len(view.users) < 2 or not any(u.target in _FIXED_LAYOUT for u in view.users):
+        return False
+    if view.target in _RESHAPES:
+        a, b = base.meta.get("val"), view.meta.get("val")
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and tuple(a.shape) == tuple(b.shape):
+            return False
+    return True
 
 
 def _inlinable(node: fx.Node) -> bool:
@@ -37,8 +75,9 @@ def _inlinable(node: fx.Node) -> bool:
         return False
     if folded_mm(node) is not None:
         return False  # computed as addmm, a library call
-    readers = _readers(node)
-    return len(readers) > 0 and all(r.op == "call_function" and oplib.fusible_pair(node, r) for r in readers)
+    readers = _readers(node, copies=False)
+    return len(readers) > 0 and all(r.op == "call_function" and (oplib.fusible_pair(node, r) or _copied_view(r))
+                                    for r in readers)
 
 
 # Ops Inductor calls heavy on CPU (``StorageBox.should_realize_on_reuse``): a value using
@@ -62,13 +101,23 @@ class Inlining:
     small budget, when every value with several readers was taken as written)."""
 
     def __init__(self) -> None:
-        # node -> (fused away, names of the buffers its body loads, names of the ops inlined, heavy)
-        self._info: dict[fx.Node, tuple[bool, frozenset[str], frozenset[str], bool]] = {}
+        # node -> (fused away, names of the buffers its body loads, names of the ops inlined,
+        # heavy, names of the loaded buffers with more than one element)
+        self._info: dict[fx.Node, tuple[bool, frozenset[str], frozenset[str], bool, frozenset[str]]] = {}
         self._limits: dict[str, dict[str, int]] = {}
         self._inlinable: dict[fx.Node, bool] = {}
+        self._copies: set[fx.Node] = set()  # views written as copies of an inlined base
 
     def fused_away(self, node: fx.Node) -> bool:
         return self._get(node)[0]
+
+    def copied(self, view: fx.Node) -> bool:
+        """Is this view written to a buffer of its own (``_copied_view``, base inlined)?"""
+        base = view.args[0] if view.args and isinstance(view.args[0], fx.Node) else None
+        if base is None or not _copied_view(view):
+            return False
+        self._get(base)
+        return view in self._copies
 
     def _get(self, node: fx.Node):
         stack = [(node, False)]
@@ -93,14 +142,16 @@ class Inlining:
         if n.op == "call_function" and oplib.is_view(n):
             base = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
             if base is not None:
-                _, loads, ops, heavy = self._info[base]
-                return False, loads, ops, heavy
+                if n in self._copies:
+                    return False, frozenset([n.name]), frozenset(), False, _big(n)
+                return (False,) + self._info[base][1:]
         if not self._candidate(n):
-            tensor = bool(flat_tensors(n.meta.get("val")))
-            return False, frozenset([n.name]) if tensor else frozenset(), frozenset(), False
+            vals = flat_tensors(n.meta.get("val"))
+            return False, frozenset([n.name]) if vals else frozenset(), frozenset(), False, _big(n)
         loads: frozenset[str] = frozenset().union(*(self._info[a][1] for a in n.all_input_nodes))
         ops = frozenset([n.name]).union(*(self._info[a][2] for a in n.all_input_nodes))
         heavy = any(self._info[a][3] for a in n.all_input_nodes)
+        big_loads: frozenset[str] = frozenset().union(*(self._info[a][4] for a in n.all_input_nodes))
         val = n.meta.get("val")
         device = val.device.type if isinstance(val, torch.Tensor) else "cpu"
         if device == "cpu" and getattr(n.target, "overloadpacket", None) is not None:
@@ -109,12 +160,22 @@ class Inlining:
             self._limits[device] = _compat.inductor_realize_thresholds(device)
         limit = self._limits[device]
         nops = len(ops) + len(loads)  # Inductor counts loads as ops too
-        several = len(_readers(n)) > 1
+        several = len(_readers(n, copies=False)) > 1
+        copies = [u for u in n.users if _copied_view(u)]
         written = (len(loads) > limit["acc_reads"] or nops > limit["max_ops"]
-                   or (several and (heavy or len(loads) > limit["reads"] or nops > limit["ops"])))
+                   or (several and (heavy or len(loads) > limit["reads"] or nops > limit["ops"]))
+                   or (copies and len(big_loads) > 1))  # realize_hint: see _copied_view
         if written:
-            return False, frozenset([n.name]), frozenset(), False
-        return True, loads, ops, heavy
+            return False, frozenset([n.name]), frozenset(), False, _big(n)
+        self._copies.update(copies)
+        return True, loads, ops, heavy, big_loads
+
+
+def _big(node: fx.Node) -> frozenset[str]:
+    """``{node.name}`` if loading its value is a load Inductor counts as nontrivial (an
+    index that varies: more than one element), else nothing."""
+    vals = flat_tensors(node.meta.get("val"))
+    return frozenset([node.name]) if any(v.numel() != 1 for v in vals) else frozenset()
 
 
 _MM = torch.ops.aten.mm.default
@@ -199,7 +260,12 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         reads = frozenset().union(*(needs.get(a, frozenset()) for a in node.all_input_nodes))
         base = storage_of(node)
         allocates: dict[str, int] = {}
-        if base is None or base != node.name:
+        if fusion and inlining.copied(node):
+            # a view Inductor copies to a buffer of its own, its base inlined (_copied_view)
+            storage[node] = f"{phase}:{node.name}"
+            needs[node] = frozenset([storage[node]])
+            allocates = {storage[node]: node_bytes(node)}
+        elif base is None or base != node.name:
             # a view (lives in its base's storage) or a non-tensor
             base_node = next((a for a in node.all_input_nodes), None)
             storage[node] = storage.get(base_node) if base is not None and base_node is not None else None

@@ -201,17 +201,17 @@ def test_measured_peak_under_budget_four_blocks_at_sixty_percent():
 
 @pytest.mark.inductor
 def test_measured_peak_equals_the_prediction_at_a_small_budget():
-    """At 0.3 this plan measures within 3.5% over its prediction, and under the budget.
-    Inductor's own buffer reuse (``allow_buffer_reuse``, which fxremat turns off) kept dead
-    buffers for later same-size allocations and measured 10.5% over the prediction here.
-    The traffic-optimal plan measured its prediction to the byte (plus the 4-byte loss);
-    the lean plan's peak falls at the start of the backward, where Inductor computes the
-    loss gradient twice (once written, viewed for a matmul; once inlined into the
-    residual gradient's kernel much later), holding its input until then. The timeline
-    takes it as written once: the measured peak is 3.0% (166 KiB) over the prediction."""
+    """At 0.3 this plan measures its prediction to the byte. Two Inductor rules it rests on:
+    its buffer reuse (``allow_buffer_reuse``, which fxremat turns off) kept dead buffers
+    for later same-size allocations, 10.5% over the prediction here; and the loss
+    gradient, ``(out - y) * (2 / n)`` times a 0-d tangent, read through a view by the
+    output matmuls and directly by the residual gradient's kernel much later, is copied
+    for the matmuls and recomputed in that kernel, holding its input until then
+    (``timeline._copied_view``): taken as written once, the peak at the start of the
+    backward measured 3.0% over the prediction."""
     result = measure_step("transformer", "fxremat", {"memory_budget": 0.3},
                           model_kwargs=dict(batch=16, seq=64, layers=4))
     (predicted,) = result["predicted_peak_bytes"]
     assert result["solver"] == ["rotor"] and predicted <= result["budget_bytes"][0]
-    assert predicted <= result["peak_bytes"] <= predicted * 1.035, (predicted, result["peak_bytes"])
+    assert predicted <= result["peak_bytes"] <= predicted * 1.005, (predicted, result["peak_bytes"])
     assert result["peak_bytes"] <= result["budget_bytes"][0]

@@ -153,3 +153,42 @@ def test_a_constant_is_allocated_at_its_first_kernel_not_where_the_graph_puts_it
     assert f"backward:{full}" not in _live_at(timeline, mm), timeline.as_records()
     step = next(s for s in timeline.steps if s.name == index_put)
     assert f"backward:{full}" in step.allocates, timeline.as_records()
+
+
+# --- a view copied for a matmul, its base inlined ---------------------------------------------
+
+R, C = 2, N // 2  # the gradient as (R, C, N) viewed as (N, N) for the matmuls
+
+
+def _loss_forward(x):
+    return (aten.sum.default(x), aten.mul.Tensor(x, 2.0))
+
+
+def _loss_gradient_backward(mul_tensor, w, tangents_1):
+    g = aten.mul.Tensor(mul_tensor, tangents_1)  # the loss gradient: one load that varies
+    v = aten.view.default(g, [N, N])
+    a = aten.mm.default(v, w)  # read through the view by two matmuls and a sum
+    wg = aten.mm.default(aten.t.default(v), w)
+    bias = aten.sum.dim_IntList(v, [0])
+    late = aten.mm.default(aten.relu.default(a), w)
+    return (aten.add.Tensor(g, aten.view.default(late, [R, C, N])), wg, bias)
+
+
+def test_a_view_read_by_a_matmul_is_copied_and_its_base_recomputed_later():
+    """Inductor copies the view and recomputes ``g`` in the last add, holding its input
+    (``timeline._copied_view``; torch 2.13's output code: a copy kernel before the first
+    mm, ``mul_tensor * tangents_1`` again in the add's kernel)."""
+    x = torch.randn(R, C, N)
+    fwd = aten_graph(_loss_forward, x)
+    bwd = aten_graph(_loss_gradient_backward, 2 * x, torch.randn(N, N), torch.tensor(1.0))
+    timeline = predict(fwd, bwd, 1, fusion=True)
+    allocated = {s for step in timeline.steps for s in step.allocates}
+    assert "backward:view_default" in allocated and "backward:mul_tensor_1" not in allocated, timeline.as_records()
+    assert "forward:mul_tensor" in _live_at(timeline, "mm_default_2"), timeline.as_records()
+    # With a tangent as large as the gradient, ``g`` loads two varying tensors: written
+    # once, the view is its alias and the saved input is freed at it.
+    bwd = aten_graph(_loss_gradient_backward, 2 * x, torch.randn(N, N), torch.randn(R, C, N))
+    timeline = predict(fwd, bwd, 1, fusion=True)
+    allocated = {s for step in timeline.steps for s in step.allocates}
+    assert "backward:mul_tensor_1" in allocated and "backward:view_default" not in allocated, timeline.as_records()
+    assert "forward:mul_tensor" not in _live_at(timeline, "mm_default_2"), timeline.as_records()
