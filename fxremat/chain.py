@@ -242,9 +242,13 @@ def _stages(order, cuts, last_fwd_use, backward, saved, free, forward, pinned) -
         t = max((stage_of[a] for a in b.all_input_nodes if a in stage_of and a not in free), default=len(stages))
         bwd_stage[b] = min([t] + [bwd_stage[a] for a in b.all_input_nodes if a in bwd_stage])
     # Forward ops the min-cut recomputes run in the B^s of their first (latest-stage)
-    # reader: B^L runs first.
+    # reader: B^L runs first. One no B reads is dropped: it made a value that is a stage
+    # boundary here (the residual add before a cut; the view of the matmul output it adds),
+    # which B reads from memory, and it would only count in u_b and in what B^s reads.
     for r in reversed(recomputed):
-        t = max((bwd_stage[u] for u in r.users if u in bwd_stage), default=stage_of[r])
+        if not any(u in bwd_stage for u in r.users):
+            continue
+        t = max(bwd_stage[u] for u in r.users if u in bwd_stage)
         if t > 1 and r in stages[t - 2].boundary:
             continue  # it is a^(t-1), in memory when B^t runs: nothing to recompute
         bwd_stage[r] = t
@@ -305,10 +309,15 @@ def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]
     for st in lin.stages:
         u_f.append(sum(cost.get(n, 0.0) for n in st.forward))
         # F_all^s with delta^s current: only what B^s reads is made (the emission's dead
-        # code elimination drops the ops that only make a^s).
-        members = set(st.forward)
-        read = [a for n in st.backward for a in n.all_input_nodes if a in members]
-        u_f_last.append(sum(cost.get(n, 0.0) for n in _needed(st, st.saved + read)))
+        # code elimination drops the rest). Not the stage's saved values that only later
+        # stages' B read, which are done: a transformer block's FFN output, saved for the
+        # residual add the next block's B recomputes, is then not made, as checkpointing
+        # a whole block skips it (counting the saved set charged the matmul anyway).
+        # Values B^s recomputes itself (a view, a layer norm's normalized input) are read
+        # from B^s's copies.
+        members, own = set(st.forward), set(st.backward)
+        read = [a for n in st.backward for a in n.all_input_nodes if a in members and a not in own]
+        u_f_last.append(sum(cost.get(n, 0.0) for n in _needed(st, read)))
         u_b.append(sum(cost.get(n, 0.0) for n in st.backward))
         w_a.append(storage_bytes(st.boundary, inputs))
         w_abar.append(storage_bytes(st.boundary + st.saved, inputs))

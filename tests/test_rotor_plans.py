@@ -215,3 +215,47 @@ def test_measured_peak_equals_the_prediction_at_a_small_budget():
     assert result["solver"] == ["rotor"] and predicted <= result["budget_bytes"][0]
     assert predicted <= result["peak_bytes"] <= predicted * 1.005, (predicted, result["peak_bytes"])
     assert result["peak_bytes"] <= result["budget_bytes"][0]
+
+
+def test_last_forward_of_a_segment_costs_what_the_emitted_backward_runs(monkeypatch):
+    """``u_f_last^s``, the DP's price of ``F_all^s`` run with ``delta^s`` current, is the
+    estimated time of the forward ops the emitted backward keeps for that operation (dead
+    code elimination drops what only later stages, already done, would read). It once
+    counted the stage's whole min-cut saved set: a transformer block's FFN output, saved
+    for the residual add the next block recomputes, charged the second FFN matmul that the
+    emitted graph never runs."""
+    from fxremat import chain
+    from fxremat.passes import rotor
+
+    chains, emitted = {}, []
+    orig_chain, orig_reads = chain.rotor_chain, chain.backward_reads
+
+    def rotor_chain(lin, cost, inputs, gradients=()):
+        chains[id(lin)] = (orig_chain(lin, cost, inputs, gradients), cost)
+        return chains[id(lin)][0]
+
+    def backward_reads(joint, lin, sequence, gradients):
+        emitted.append((joint, lin, sequence, gradients))
+        return orig_reads(joint, lin, sequence, gradients)
+
+    monkeypatch.setattr(chain, "rotor_chain", rotor_chain)
+    monkeypatch.setattr(chain, "backward_reads", backward_reads)
+    _grads_and_plan(models.make_transformer, dict(TRANSFORMER, layers=4), {"memory_budget": 0.5, "solver": "rotor"})
+    checked, skipped = 0, 0.0
+    for joint, lin, sequence, gradients in emitted:
+        rchain, cost = chains[id(lin)]
+        graph, emitter = chain._emit(None, joint, lin, sequence, None, gradients=gradients)
+        by_name = {n.name: n for n in joint.graph.nodes}
+        first_b = next(i for i, op in enumerate(sequence) if op.kind == rotor.B)
+        current = rchain.length  # delta^L: the loss stage's
+        for index, op in enumerate(sequence[first_b:]):
+            if op.kind == rotor.B:
+                current = op.stage - 1
+            elif op.kind == rotor.F_ALL and op.stage == current and op.stage <= len(lin.stages):
+                members = set(lin.stages[op.stage - 1].forward)
+                ran = sum(cost.get(by_name[name], 0.0) for n in graph.nodes if n in emitter.copies
+                          for i, name in [emitter.copies[n]] if i == index and by_name[name] in members)
+                assert ran == pytest.approx(rchain.u_f_last[op.stage - 1], rel=1e-9, abs=1e-15), (op, sequence)
+                checked += 1
+                skipped += rchain.u_f[op.stage - 1] - rchain.u_f_last[op.stage - 1]
+    assert checked > 0 and skipped > 0
