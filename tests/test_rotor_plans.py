@@ -217,6 +217,45 @@ def test_measured_peak_equals_the_prediction_at_a_small_budget():
     assert result["peak_bytes"] <= result["budget_bytes"][0]
 
 
+def _rotor_builds(monkeypatch, make, kwargs, budget=0.5, **options):
+    """Every plan Rotor's budget search builds for ``make(**kwargs)`` at ``budget`` (compiler
+    "eager"): (joint, linearization, sequence, gradients, chain, op costs, what
+    ``chain.backward_reads`` answered)."""
+    from fxremat import chain
+
+    chains, builds = {}, []
+    orig_chain, orig_reads = chain.rotor_chain, chain.backward_reads
+
+    def rotor_chain(lin, cost, inputs, gradients=()):
+        chains[id(lin)] = (orig_chain(lin, cost, inputs, gradients), cost)
+        return chains[id(lin)][0]
+
+    def backward_reads(joint, lin, sequence, gradients):
+        answer = orig_reads(joint, lin, sequence, gradients)
+        builds.append((joint, lin, sequence, gradients, *chains[id(lin)], answer))
+        return answer
+
+    monkeypatch.setattr(chain, "rotor_chain", rotor_chain)
+    monkeypatch.setattr(chain, "backward_reads", backward_reads)
+    _grads_and_plan(make, kwargs, {"memory_budget": budget, "solver": "rotor", **options})
+    return builds
+
+
+@pytest.mark.parametrize("make, kwargs", [(models.make_transformer, dict(TRANSFORMER, dropout=0.1)),
+                                          (models.make_deep_cnn, DEEP_CNN)])
+def test_backward_reads_agree_with_the_scratch_emission(monkeypatch, make, kwargs):
+    """``chain.backward_reads`` finds what the backward reads and which copies it keeps
+    without building the scratch graph; the graph's dead code elimination is the reference."""
+    from fxremat import chain
+
+    builds = _rotor_builds(monkeypatch, make, kwargs, budget=0.6)
+    assert len(builds) >= 2
+    for joint, lin, sequence, gradients, _, _, (reads, alive) in builds:
+        graph, emitter = chain._emit(None, joint, lin, sequence, None, gradients=gradients)
+        assert alive == {emitter.copies[n] for n in graph.nodes if n in emitter.copies}
+        assert reads == {emitter.stand_in_of[n] for n in emitter.stand_ins if n.users}
+
+
 def test_last_forward_of_a_segment_costs_what_the_emitted_backward_runs(monkeypatch):
     """``u_f_last^s``, the DP's price of ``F_all^s`` run with ``delta^s`` current, is the
     estimated time of the forward ops the emitted backward keeps for that operation (dead
@@ -227,23 +266,9 @@ def test_last_forward_of_a_segment_costs_what_the_emitted_backward_runs(monkeypa
     from fxremat import chain
     from fxremat.passes import rotor
 
-    chains, emitted = {}, []
-    orig_chain, orig_reads = chain.rotor_chain, chain.backward_reads
-
-    def rotor_chain(lin, cost, inputs, gradients=()):
-        chains[id(lin)] = (orig_chain(lin, cost, inputs, gradients), cost)
-        return chains[id(lin)][0]
-
-    def backward_reads(joint, lin, sequence, gradients):
-        emitted.append((joint, lin, sequence, gradients))
-        return orig_reads(joint, lin, sequence, gradients)
-
-    monkeypatch.setattr(chain, "rotor_chain", rotor_chain)
-    monkeypatch.setattr(chain, "backward_reads", backward_reads)
-    _grads_and_plan(models.make_transformer, dict(TRANSFORMER, layers=4), {"memory_budget": 0.5, "solver": "rotor"})
+    builds = _rotor_builds(monkeypatch, models.make_transformer, dict(TRANSFORMER, layers=4))
     checked, skipped = 0, 0.0
-    for joint, lin, sequence, gradients in emitted:
-        rchain, cost = chains[id(lin)]
+    for joint, lin, sequence, gradients, rchain, cost, _ in builds:
         graph, emitter = chain._emit(None, joint, lin, sequence, None, gradients=gradients)
         by_name = {n.name: n for n in joint.graph.nodes}
         first_b = next(i for i, op in enumerate(sequence) if op.kind == rotor.B)
