@@ -418,8 +418,8 @@ def backward_reads(joint: fx.GraphModule, lin: Linearization, sequence: list[rot
                    gradients: list[fx.Node]) -> tuple[set[fx.Node], set[tuple[int, str]]]:
     """What the backward of ``sequence`` reads that it does not compute (the values the
     forward must save, the tangents) and which (operation, node) copies it keeps
-    alive: one scratch emission, before any graph is extracted, so the forward saves
-    exactly what is read."""
+    alive: what a scratch emission (``_emit`` with stand-ins for what is missing) would
+    give, found before any graph is extracted, so the forward saves exactly what is read."""
     # The scratch emission's outcome without building its graph: which copies the dead
     # code elimination keeps (those the outputs or an impure op need) and which missing
     # inputs they read. Building it cost a third of a plan's search (the 12-layer

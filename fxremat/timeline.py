@@ -68,7 +68,8 @@ def _copied_view(view: fx.Node) -> bool:
 def _inlinable(node: fx.Node) -> bool:
     """Could Inductor compute this value inside its readers' kernels? A pointwise value
     (not a reduction, view or multi-output op) all of whose readers are fusible with it
-    and in the same graph (graph outputs and inputs of library kernels are written)."""
+    and in the same graph (graph outputs and inputs of library kernels are written), or
+    read it through a view Inductor may copy for them (``_copied_view``)."""
     if node.op != "call_function" or is_multi_output(node) or oplib.is_reduction(node):
         return False
     if not oplib.is_fusible(node) or oplib.is_view(node) or oplib.is_getitem(node):
@@ -98,7 +99,9 @@ class Inlining:
     mask of the incoming gradient) is recomputed in both kernels that read it, holding
     the ReLU output and the gradient, where writing it once would hold one buffer
     (measured on the deep CNN's Rotor plans: one activation over the prediction at every
-    small budget, when every value with several readers was taken as written)."""
+    small budget, when every value with several readers was taken as written). A view of an
+    inlined value that a matmul reads is copied to a buffer of its own (``_copied_view``,
+    ``copied``)."""
 
     def __init__(self) -> None:
         # node -> (fused away, names of the buffers its body loads, names of the ops inlined,
