@@ -350,6 +350,28 @@ def kept_after_forward(lin: Linearization, sequence: list[rotor.Op]) -> list[fx.
     return kept
 
 
+def _made_where_read(node: fx.Node, free: set[fx.Node]) -> bool:
+    """Free values and views of available values are made where a backward op needs them;
+    anything else must be in the backward already (or saved by the forward)."""
+    return node.op != "placeholder" and (node in free or oplib.is_view(node))
+
+
+def _operations(lin: Linearization, sequence: list[rotor.Op]):
+    """(index, joint nodes to emit) for each operation from the sequence's first ``B``: a
+    ``B^s`` emits the stage's backward, an ``F^s`` what it keeps (``a^s``, and the saved
+    set for ``F_all``). The loss stage has no ops."""
+    first_b = next(i for i, op in enumerate(sequence) if op.kind == rotor.B)
+    for index, op in enumerate(sequence[first_b:]):
+        if op.stage > len(lin.stages):
+            yield index, []
+            continue
+        stage = lin.stages[op.stage - 1]
+        if op.kind == rotor.B:
+            yield index, stage.backward
+        else:
+            yield index, _needed(stage, stage.boundary + (stage.saved if op.kind == rotor.F_ALL else []))
+
+
 class _Emitter:
     """Writes joint-graph ops into a new graph, each value's latest copy in ``env``.
 
@@ -369,13 +391,12 @@ class _Emitter:
 
     def value(self, node: fx.Node) -> fx.Node:
         if node not in self.env:
-            if self.scratch and (node.op == "placeholder" or not (node in self.free or oplib.is_view(node))):
+            if self.scratch and not _made_where_read(node, self.free):
                 self.env[node] = self.graph.placeholder(f"missing_{node.name}")
                 self.stand_ins.append(self.env[node])
                 self.stand_in_of[self.env[node]] = node
                 return self.env[node]
-            # Free values and views of available values are made where needed.
-            if node.op == "placeholder" or not (node in self.free or oplib.is_view(node)):
+            if not _made_where_read(node, self.free):
                 raise KeyError(f"fxremat rotor: {node.name} is not available in the backward")
             self.emit(node, on_demand=True)
         return self.env[node]
@@ -433,7 +454,7 @@ def backward_reads(joint: fx.GraphModule, lin: Linearization, sequence: list[rot
 
     def value(node: fx.Node) -> int:
         if node not in env:
-            if node.op == "placeholder" or not (node in lin.free or oplib.is_view(node)):
+            if not _made_where_read(node, lin.free):
                 env[node] = len(copy_key)
                 copy_key.append(None)
                 copy_inputs.append([])
@@ -450,17 +471,9 @@ def backward_reads(joint: fx.GraphModule, lin: Linearization, sequence: list[rot
         if node.op == "call_function" and node.is_impure():
             roots.append(env[node])
 
-    first_b = next(i for i, op in enumerate(sequence) if op.kind == rotor.B)
-    for op_index, op in enumerate(sequence[first_b:]):
-        if op.stage > len(lin.stages):
-            continue
-        stage = lin.stages[op.stage - 1]
-        if op.kind == rotor.B:
-            for n in stage.backward:
-                emit(n)
-        else:
-            for n in _needed(stage, stage.boundary + (stage.saved if op.kind == rotor.F_ALL else [])):
-                emit(n)
+    for op_index, nodes in _operations(lin, sequence):
+        for n in nodes:
+            emit(n)
     op_index = len(sequence)
     roots += [value(by_name[a.name]) for a in gradients if isinstance(a, fx.Node)]
     live, stack = set(), list(roots)
@@ -504,19 +517,10 @@ def _emit(template, joint, lin, sequence, only, gradients):
         env[by_name[node.name]] = graph.node_copy(node)
     forward_ops = {n for st in lin.stages for n in st.forward} | lin.free
     emitter = _Emitter(graph, env, lin.free, forward_ops, only=only, scratch=only is None)
-    first_b = next(i for i, op in enumerate(sequence) if op.kind == rotor.B)
-    for index, op in enumerate(sequence[first_b:]):
+    for index, nodes in _operations(lin, sequence):
         emitter.op_index = index
-        if op.stage > len(lin.stages):
-            continue  # the loss stage: zero cost, no ops
-        stage = lin.stages[op.stage - 1]
-        if op.kind == rotor.B:
-            for n in stage.backward:
-                emitter.emit(n)
-        else:
-            targets = stage.boundary + (stage.saved if op.kind == rotor.F_ALL else [])
-            for n in _needed(stage, targets):
-                emitter.emit(n)
+        for n in nodes:
+            emitter.emit(n)
     emitter.op_index = len(sequence)
     outputs = [emitter.value(by_name[a.name]) if isinstance(a, fx.Node) else a for a in gradients]
     graph.output(tuple(outputs))

@@ -247,6 +247,8 @@ class _Arrays:
         self.uf = np.array(z + chain.u_f)
         self.ufl = np.array(z + chain.u_f_last)
         self.ub = np.array(z + chain.u_b)
+        self.uall = self.uf + self.ub  # F_all^s then B^s
+        self.ulast = self.ufl + self.ub  # the same with delta^s current: a^s is not made
         self.wa = np.array((chain.w_a0,) + chain.w_a)
         self.wab = np.array((chain.w_a0,) + chain.w_abar)
         delta = np.array((chain.w_delta0,) + chain.w_delta)
@@ -470,8 +472,7 @@ def _persistent_table(c: _Arrays, S: int) -> list[np.ndarray]:
     n = c.n
     wa, wab, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
     uf = c.uf.astype(_DT)
-    uall = (c.uf + c.ub).astype(_DT)
-    ulast = (c.ufl + c.ub).astype(_DT)  # F_all^s B^s with delta^s current: a^s is not made
+    uall, ulast = c.uall.astype(_DT), c.ulast.astype(_DT)
     width = S + 1
     cells = (n + 1) * (n + 2) // 2 * width
     if cells > 2 ** 30:
@@ -509,8 +510,7 @@ def _persistent_sequence(c: _Arrays, P: list[np.ndarray], m0: int) -> list[Op]:
     """Algorithm 4: unfold the choices (recomputed from the table, same float32 sums)."""
     wa, wab, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
     uf = c.uf.astype(_DT)
-    uall = (c.uf + c.ub).astype(_DT)
-    ulast = (c.ufl + c.ub).astype(_DT)
+    uall, ulast = c.uall.astype(_DT), c.ulast.astype(_DT)
     inf = _DT(np.inf)
 
     def p(s, t, m):
@@ -612,8 +612,8 @@ def _weak_table(c: _Arrays, S: int) -> np.ndarray:
             thr_f = wd[l] + wa[s] + of[s]
             cell = C[s, :, l]  # (t, m) view
             # F_all^s, t = s
-            v = (np.full(width, c.ufl[s] + c.ub[s]) if s == l
-                 else _shift(C[s + 1, s + 1, l], wab[s]) + (c.uf[s] + c.ub[s]))
+            v = (np.full(width, c.ulast[s]) if s == l
+                 else _shift(C[s + 1, s + 1, l], wab[s]) + c.uall[s])
             v[:thr_all] = np.inf
             cell[s] = v
             if d == 0:
@@ -654,9 +654,9 @@ def _weak_sequence(c: _Arrays, C: np.ndarray, m0: int) -> list[Op]:
         thr_f = wd[l] + wa[s] + of[s]
         if t == s and m >= max(wd[l] + wab[s] + of[s], wd[s] + wdb[s] + wab[s] + ob[s]):
             if s == l:
-                options.append((c.ufl[s] + c.ub[s], 0, [Op(F_ALL, s), Op(B, s)]))
+                options.append((c.ulast[s], 0, [Op(F_ALL, s), Op(B, s)]))
             else:
-                options.append((cv(s + 1, s + 1, l, m - wab[s]) + (c.uf[s] + c.ub[s]), 0,
+                options.append((cv(s + 1, s + 1, l, m - wab[s]) + c.uall[s], 0,
                                 [Op(F_ALL, s), ("C", s + 1, s + 1, l, m - wab[s]), Op(B, s)]))
         if t > s and m >= thr_f:
             m2 = m + wa[s - 1] - wa[s]
