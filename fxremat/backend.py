@@ -58,20 +58,26 @@ def fxremat_backend(gm: fx.GraphModule, example_inputs, options: dict | None = N
     if opts.compiler == "eager":
         return _eager_compile(gm, example_inputs, partitioner)
     # Inductor's wrapper keeps a dead buffer alive until a later buffer of the same size
-    # can take it over ("allow_buffer_reuse"), whenever its own peak estimate allows the
-    # hold; that estimate is not the budget, so the held bytes put the measured peak above
-    # the plan (HF Llama, least-memory plan: 10.6% over the prediction with reuse, 0.05%
-    # without). With it off every buffer is freed after its last use, as the plan assumes,
-    # and the allocator does the reusing (step time within 1% on the bench models, CPU).
-    patches: dict[str, Any] = {"allow_buffer_reuse": False}
+    # can take it over ("allow_buffer_reuse") whenever its own peak estimate allows the
+    # hold; that estimate is not the plan's (HF Llama, least-memory plan: 10.6% over the
+    # prediction). Reuse saves a fresh allocation, on CPU an mmap whose pages fault in
+    # each step (0.5 s a step on issue #4's transformer), so it stays on, with fxremat's
+    # predicted timeline as the estimate (_compat.install_planned_reuse_bound). On a
+    # torch whose Inductor decides reuse otherwise it is off: every buffer is freed after
+    # its last use, as the plan assumes.
+    planned_reuse = _compat.planned_reuse_supported()
+    patches: dict[str, Any] = {"allow_buffer_reuse": planned_reuse}
     if opts.mode != "default":
         patches.update(_compat.inductor_mode_options(opts.mode))
     patches.update(dict(opts.inductor))
-    if patches["allow_buffer_reuse"] and opts.memory_budget is not None:
+    if patches["allow_buffer_reuse"] and not planned_reuse and opts.memory_budget is not None:
         warnings.warn(BudgetWarning(
-            "inductor={'allow_buffer_reuse': True}: Inductor may keep dead buffers alive for reuse, so the "
-            "measured peak can exceed the plan's prediction and the memory budget; leave it unset to keep "
-            "fxremat's default (False)"), stacklevel=2)
+            "inductor={'allow_buffer_reuse': True}: this torch's Inductor decides buffer reuse with its own "
+            "peak estimate, so dead buffers it holds for reuse can put the measured peak above the plan's "
+            "prediction and the memory budget; leave it unset to keep fxremat's default (False here)"),
+            stacklevel=2)
+    if planned_reuse:
+        _compat.install_planned_reuse_bound()
     patches["custom_partitioner_fn"] = partitioner
     if opts.debug_dir is not None:
         # Every graph is planned and compiled afresh: Inductor's FX graph cache keys on

@@ -365,8 +365,21 @@ def partition(
         plan.notes["why"] = ("no budget: the min-cut plan" if budget is None else
                              f"the min-cut plan fits the budget ({_fmt(plan.predicted_peak_bytes)} <= {_fmt(budget)})")
     plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code
+    mark_predicted_levels(fwd, bwd, plan.timeline)
     plan.solve_seconds = time.perf_counter() - started
     return fwd, bwd, plan
+
+
+def mark_predicted_levels(fwd: fx.GraphModule, bwd: fx.GraphModule, timeline: Timeline) -> None:
+    """Put on each node of the graphs that run the predicted live bytes while it runs
+    and the predicted peak (``_compat.LIVE_BYTES_KEY``): the bound within which
+    Inductor may hold a dead buffer for reuse (``_compat.install_planned_reuse_bound``)."""
+    level = {(step.phase, step.name): live for step, live in zip(timeline.steps, timeline.live_bytes)}
+    for phase, gm in (("forward", fwd), ("backward", bwd)):
+        for node in gm.graph.nodes:
+            live = level.get((phase, node.name))
+            if live is not None:
+                node.meta[_compat.LIVE_BYTES_KEY] = (live, timeline.peak_bytes)
 
 
 def _unreachable(ctx: _Context, options: Options, fwd: fx.GraphModule, bwd: fx.GraphModule, plan: Plan,

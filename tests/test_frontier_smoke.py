@@ -128,3 +128,23 @@ def test_matched_strategies_and_their_peers():
     args.fx_match = ["sac_mmm"]
     with pytest.raises(ValueError):
         frontier.strategy_list(args)
+
+
+@pytest.mark.inductor
+def test_paired_ab_compiles_both_in_one_process_and_pairs_their_rounds(tmp_path):
+    """bench/ab.py on the tiny transformer: fxremat at ckpt_blocks' measured peak, planned
+    within it, and one paired ratio per round."""
+    out = tmp_path / "ab.json"
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "ab.py"), "--scale", "tiny", "--rounds", "3",
+           "--out", str(out)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    result = json.loads(out.read_text())
+    peer, fx = result["peer"], result["fxremat"]
+    assert peer["name"] == "ckpt_blocks" and result["budget_bytes"] == peer["peak_bytes"] > 0
+    assert all(p["predicted_peak_bytes"] <= result["budget_bytes"] for p in result["fx_plans"])
+    assert 0 < fx["peak_bytes"] <= result["budget_bytes"] * 1.005
+    assert len(peer["step_s"]) == len(fx["step_s"]) == 3
+    ratios = sorted(f / p for f, p in zip(fx["step_s"], peer["step_s"]))
+    assert result["paired_ratio_median"] == ratios[1]
+    assert "paired ratio" in done.stdout

@@ -202,8 +202,9 @@ def test_measured_peak_under_budget_four_blocks_at_sixty_percent():
 @pytest.mark.inductor
 def test_measured_peak_equals_the_prediction_at_a_small_budget():
     """At 0.3 this plan measures its prediction to the byte. Two Inductor rules it rests on:
-    its buffer reuse (``allow_buffer_reuse``, which fxremat turns off) kept dead buffers
-    for later same-size allocations, 10.5% over the prediction here; and the loss
+    its buffer reuse (``allow_buffer_reuse``) held dead buffers for later same-size
+    allocations by its own peak estimate, 10.5% over the prediction here (fxremat now gives
+    it the predicted timeline as the estimate: ``_compat.install_planned_reuse_bound``); and the loss
     gradient, ``(out - y) * (2 / n)`` times a 0-d tangent, read through a view by the
     output matmuls and directly by the residual gradient's kernel much later, is copied
     for the matmuls and recomputed in that kernel, holding its input until then

@@ -1,0 +1,180 @@
+"""Paired A/B in one process: fxremat at a peer strategy's measured peak, against the peer.
+
+    python bench/ab.py --model transformer --sizes '{"layers": 12, "dim": 512, "heads": 8, "seq": 512, "batch": 8}'
+    python bench/ab.py --model gpt2 --peer pt_budget_0.5 --rounds 12 --out bench/results/cpu/ab_gpt2.json
+    python bench/ab.py --device cuda --scale gpu --model transformer
+
+Why a second benchmark beside ``frontier.py``: there, every strategy has a process of its own,
+and on a shared 2-core CPU two processes' rounds of one strategy differ by up to 18%, more than
+the gaps between the plans compared at equal memory. Here one process builds both (seed 0, the
+same model and batch as ``frontier.py``'s), measures the peer's peak (the PyTorch profiler's
+allocation events on CPU, ``torch.cuda.max_memory_allocated`` on CUDA; above the inputs), compiles
+fxremat (solver "auto") at that many bytes, measures fxremat's peak the same way, then times one
+step of each per round for ``--rounds`` rounds, alternating which goes first (A B, B A, ...).
+Each round gives a paired ratio (fxremat's step ÷ the peer's, taken minutes apart at most),
+which machine-load drifts hit alike. Reported: the medians of both, the median paired ratio with
+its smallest and largest, how many rounds fxremat was faster, and per step the minor page faults
+and system CPU seconds (CPU: a buffer of 32 MiB or more is a fresh ``mmap`` whose pages fault in
+every step, a cost of the allocator that the plans' time model does not see).
+
+Both strategies share the process's allocator, so a memory figure is measured with only its
+strategy's gradients alive, and the timing rounds drop gradients before each step. Peers:
+``inductor``, ``ckpt_blocks``, ``sac_mm``, ``pt_budget_B``, ``ckpt_seq_S`` (as in ``frontier.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+import frontier  # noqa: E402
+
+
+def peer_strategy(name: str) -> dict:
+    """``frontier.py``'s strategy dict for a peer's name."""
+    if name in ("inductor", "ckpt_blocks", "sac_mm"):
+        return {"name": name, "kind": name}
+    for prefix, kind, number in (("pt_budget_", "pt_budget", float), ("ckpt_seq_", "ckpt_seq", int)):
+        value = frontier._number(name[len(prefix):], number) if name.startswith(prefix) else None
+        if value is not None:
+            return {"name": name, "kind": kind, ("budget" if kind == "pt_budget" else "segments"): value}
+    raise SystemExit(f"--peer {name!r}: expected inductor, ckpt_blocks, sac_mm, pt_budget_<B> or ckpt_seq_<S>")
+
+
+class Contender:
+    """One strategy, compiled and warmed in this process."""
+
+    def __init__(self, spec: dict, strategy: dict, warmup: int):
+        from fxremat import _compat
+
+        self.name = strategy["name"]
+        self.model, self.fn, self.batch, self.ctx, self.device = frontier._build(spec, strategy)
+        self.times: list[float] = []
+        self.faults: list[int] = []
+        self.system_s: list[float] = []
+        started = time.perf_counter()
+        with self.ctx(), _compat.autograd_cache_disabled():
+            for _ in range(warmup):
+                self.step()
+        self.warmup_s = time.perf_counter() - started
+
+    def step(self) -> None:
+        self.model.zero_grad(set_to_none=True)
+        self.fn(*self.batch).backward()
+        frontier._sync(self.device)
+
+    def measure(self) -> int:
+        from fxremat.harness import measure_memory
+
+        peak = measure_memory(self.model, self.batch, lambda: self.fn(*self.batch).backward(), self.device)["peak_bytes"]
+        self.model.zero_grad(set_to_none=True)
+        return peak
+
+    def timed(self) -> None:
+        self.model.zero_grad(set_to_none=True)
+        frontier._sync(self.device)
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        start = time.perf_counter()
+        self.fn(*self.batch).backward()
+        frontier._sync(self.device)
+        self.times.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        self.faults.append(after.ru_minflt - before.ru_minflt)
+        self.system_s.append(after.ru_stime - before.ru_stime)
+        self.model.zero_grad(set_to_none=True)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="transformer", help="a model of bench/frontier_models.py")
+    parser.add_argument("--scale", choices=["tiny", "small", "gpu"], default=None,
+                        help="default: small on CPU, gpu on CUDA")
+    parser.add_argument("--sizes", default="{}", type=json.loads, metavar="JSON", help="the model's size overrides")
+    parser.add_argument("--peer", default="ckpt_blocks")
+    parser.add_argument("--budget-bytes", type=int, default=None,
+                        help="fxremat's budget (default: the peer's measured peak)")
+    parser.add_argument("--fx-options", default="{}", type=json.loads, metavar="JSON")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--out", default=None, help="JSON file for the result")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from fxremat import inspect as fx_inspect
+    from fxremat.harness import release_malloc_pin
+
+    torch.set_num_threads(args.threads)
+    scale = args.scale or ("gpu" if args.device == "cuda" else "small")
+    spec = {"model": args.model, "scale": scale, "overrides": args.sizes, "device": args.device,
+            "dtype": args.dtype, "fx_options": args.fx_options}
+    peer = Contender(spec, peer_strategy(args.peer), args.warmup)
+    peer_peak = peer.measure()
+    budget = args.budget_bytes or peer_peak
+    fx = Contender(spec, {"name": f"fxremat_at_{args.peer}", "kind": "fxremat", "budget_bytes": budget},
+                   args.warmup)
+    fx_peak = fx.measure()
+    plans = fx_inspect.plans()
+    release_malloc_pin()  # the thresholds glibc settles at in an unpinned process (frontier.py's timing)
+    for contender in (peer, fx):
+        contender.timed()  # one untimed step each after the profiler
+        contender.times.clear(), contender.faults.clear(), contender.system_s.clear()
+    for r in range(args.rounds):
+        for contender in ((peer, fx) if r % 2 == 0 else (fx, peer)):
+            contender.timed()
+        ratios = [f / p for f, p in zip(fx.times, peer.times)]
+        print(f"round {r + 1}: {peer.name} {peer.times[-1]:.3f} s, {fx.name} {fx.times[-1]:.3f} s, "
+              f"paired ratio {ratios[-1]:.3f} (median so far {statistics.median(ratios):.3f})", flush=True)
+
+    def summary(c: Contender, peak: int) -> dict:
+        return {"name": c.name, "peak_bytes": peak, "warmup_s": c.warmup_s, "step_s": c.times,
+                "step_s_median": statistics.median(c.times), "minor_faults_median": statistics.median(c.faults),
+                "system_s_median": statistics.median(c.system_s)}
+
+    ratios = [f / p for f, p in zip(fx.times, peer.times)]
+    result = {
+        "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+        "cpus": os.cpu_count(), "threads": args.threads, "load_avg": os.getloadavg(),
+        "git": frontier._git(), "model": args.model, "scale": scale, "sizes": args.sizes, "rounds": args.rounds,
+        "peer": summary(peer, peer_peak), "fxremat": summary(fx, fx_peak), "budget_bytes": budget,
+        "fx_plans": [{"solver": p.solver, "budget_bytes": p.budget_bytes, "predicted_peak_bytes": p.predicted_peak_bytes,
+                      "stages": p.stages, "recomputed_ops": len(p.recomputed), "why": p.notes.get("why")}
+                     for p in plans],
+        "paired_ratio_median": statistics.median(ratios), "paired_ratio_min": min(ratios),
+        "paired_ratio_max": max(ratios), "rounds_fxremat_faster": sum(x < 1 for x in ratios),
+    }
+    mib = 2**20
+    print(f"\n| strategy | measured peak (MiB) | predicted (MiB) | step (s, median of {args.rounds}) | "
+          "minor faults / step | system s / step |")
+    print("|---|---:|---:|---:|---:|---:|")
+    predicted = max(p.predicted_peak_bytes for p in plans)  # each graph's own; the step's largest
+    for key, pred in (("peer", "—"), ("fxremat", f"{predicted / mib:.2f}")):
+        s = result[key]
+        print(f"| {s['name']} | {s['peak_bytes'] / mib:.2f} | {pred} | {s['step_s_median']:.4g} | "
+              f"{s['minor_faults_median']:.0f} | {s['system_s_median']:.2f} |")
+    print(f"\npaired ratio fxremat ÷ {peer.name}: median {result['paired_ratio_median']:.3f} "
+          f"(range {result['paired_ratio_min']:.3f}–{result['paired_ratio_max']:.3f}); fxremat faster in "
+          f"{result['rounds_fxremat_faster']} of {args.rounds} rounds")
+    if args.out:
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=1)
+    return result
+
+
+if __name__ == "__main__":
+    main()
