@@ -393,8 +393,9 @@ def install_planned_reuse_bound() -> None:
     graph's peak; that estimate is not fxremat's (HF Llama's least-memory plan measured
     10.6% over the prediction with it). Reuse itself matters on CPU: without it every
     64 MiB attention-score buffer is a fresh ``mmap`` whose pages fault in on each
-    step (issue transformer at per-block checkpointing's memory: 750k minor faults and
-    1.4 s of system time a step, against 360k and 0.7 s with reuse). So the estimate
+    step (issue transformer at per-block checkpointing's memory: 650k-750k minor faults
+    and 1.25-1.4 s of system time a step, against 460k-540k and 0.86-0.92 s with reuse
+    bounded as below). So the estimate
     Inductor consults is swapped for fxremat's: per kernel, the predicted live bytes
     (``LIVE_BYTES_KEY``, set by the partitioner on the graphs it returns); the bound,
     the predicted peak. The measured peak then stays the predicted one. Graphs without
