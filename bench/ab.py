@@ -76,7 +76,10 @@ class Contender:
     def measure(self) -> int:
         from fxremat.harness import measure_memory
 
-        peak = measure_memory(self.model, self.batch, lambda: self.fn(*self.batch).backward(), self.device)["peak_bytes"]
+        def step():
+            self.fn(*self.batch).backward()
+
+        peak = measure_memory(self.model, self.batch, step, self.device)["peak_bytes"]
         self.model.zero_grad(set_to_none=True)
         return peak
 
@@ -103,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--peer", default="ckpt_blocks")
     parser.add_argument("--budget-bytes", type=int, default=None,
                         help="fxremat's budget (default: the peer's measured peak)")
-    parser.add_argument("--fx-options", default="{}", type=json.loads, metavar="JSON")
+    parser.add_argument("--fx-options", default="{}", type=json.loads, metavar="JSON",
+                        help="fxremat options over frontier.py's default hold_outputs false (a step drops its loss)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--threads", type=int, default=1)
@@ -117,6 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
     from fxremat import inspect as fx_inspect
     from fxremat.harness import release_malloc_pin
 
+    args.fx_options = {"hold_outputs": False, **args.fx_options}
     torch.set_num_threads(args.threads)
     scale = args.scale or ("gpu" if args.device == "cuda" else "small")
     spec = {"model": args.model, "scale": scale, "overrides": args.sizes, "device": args.device,
@@ -149,9 +154,11 @@ def main(argv: list[str] | None = None) -> dict:
         "date": datetime.date.today().isoformat(), "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "cpus": os.cpu_count(), "threads": args.threads, "load_avg": os.getloadavg(),
-        "git": frontier._git(), "model": args.model, "scale": scale, "sizes": args.sizes, "rounds": args.rounds,
+        "git": frontier._git(), "fx_options": args.fx_options, "model": args.model, "scale": scale,
+        "sizes": args.sizes, "rounds": args.rounds,
         "peer": summary(peer, peer_peak), "fxremat": summary(fx, fx_peak), "budget_bytes": budget,
-        "fx_plans": [{"solver": p.solver, "budget_bytes": p.budget_bytes, "predicted_peak_bytes": p.predicted_peak_bytes,
+        "fx_plans": [{"solver": p.solver, "budget_bytes": p.budget_bytes,
+                      "predicted_peak_bytes": p.predicted_peak_bytes,
                       "stages": p.stages, "recomputed_ops": len(p.recomputed), "why": p.notes.get("why")}
                      for p in plans],
         "paired_ratio_median": statistics.median(ratios), "paired_ratio_min": min(ratios),

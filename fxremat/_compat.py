@@ -395,11 +395,10 @@ def install_planned_reuse_bound() -> None:
     64 MiB attention-score buffer is a fresh ``mmap`` whose pages fault in on each
     step (issue transformer at per-block checkpointing's memory: 650k-750k minor faults
     and 1.25-1.4 s of system time a step, against 460k-540k and 0.86-0.92 s with reuse
-    bounded as below). So the estimate
-    Inductor consults is swapped for fxremat's: per kernel, the predicted live bytes
-    (``LIVE_BYTES_KEY``, set by the partitioner on the graphs it returns); the bound,
-    the predicted peak. The measured peak then stays the predicted one. Graphs without
-    the marks keep Inductor's own estimate. Idempotent."""
+    bounded as below). So the estimate Inductor consults is swapped for fxremat's: per
+    kernel, the predicted live bytes (``LIVE_BYTES_KEY``, set by the partitioner on the
+    graphs it returns); the bound, the predicted peak. The measured peak then stays the
+    predicted one. Graphs without the marks keep Inductor's own estimate. Idempotent."""
     global _planned_reuse_installed
     if _planned_reuse_installed:
         return
