@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any
 
-SOLVERS = ("auto", "mincut", "rotor", "rotor_exact", "checkmate", "twremat")
+SOLVERS = ("auto", "mincut", "knapsack", "rotor", "rotor_exact", "checkmate", "twremat")
 COMPILERS = ("inductor", "eager")
 # How Rotor, Checkmate and TWRemat cost the stages (fxremat/costmodel.py): "roofline" from
 # FLOPs and bytes; "measured" times the library kernels (matmuls, convolutions, attention)

@@ -241,6 +241,22 @@ def place_recomputations(bwd: fx.GraphModule, forward_names: set[str]) -> fx.Gra
     return bwd
 
 
+def mark_recomputation_windows(bwd: fx.GraphModule, forward_names: set[str]) -> None:
+    """Number the backward's windows, each a run of recomputed nodes and the backward
+    ops after it up to the next such run, on every node (``_compat.SEGMENT_KEY``):
+    Inductor then fuses only within a window (``_compat.install_segment_fusion_guard``),
+    so a recomputed matmul's softmax is not fused into, and run at, an earlier kernel."""
+    window, recomputing = 0, False
+    for node in bwd.graph.nodes:
+        if node.op != "call_function":
+            continue
+        recomputed = node.name in forward_names
+        if recomputed and not recomputing:
+            window += 1
+        recomputing = recomputed
+        node.meta[_compat.SEGMENT_KEY] = window
+
+
 @dataclasses.dataclass
 class Plan:
     """What fxremat decided for one compiled graph."""
@@ -348,7 +364,11 @@ def partition(
         mincut_result = fwd, bwd, plan
         try:
             with _compat.lazy_graph_modules():
-                if staged:
+                if options.solver == "knapsack":
+                    fwd, bwd, plan = _knapsack(ctx, chosen, target)
+                    plan.notes["why"] = (f"solver='knapsack' was asked for; giving up "
+                                         f"{len(plan.notes['given_up'])} values fits")
+                elif staged:
                     cuts = _cuts(ctx, bwd, chosen) if over and options.solver in CHAIN_SOLVERS else \
                         [("traffic", ctx, bwd, chosen)]
                     (fwd, bwd, plan), cuts_why = _fastest_over_cuts(
@@ -413,11 +433,26 @@ def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
     """solver="auto" over budget: Rotor, which is optimal on chains of stages. When the
     stages form a DAG (values skip stages, as in a U-Net) and it is small enough for
     Checkmate's ILP, Checkmate plans it too -- it may free and recompute a skipped
-    value where Rotor carries it -- and the plan with the smaller estimated time wins."""
-    over = f"the min-cut plan ({_fmt(mincut_peak)}) is over the budget ({_fmt(budget)})"
-    rotor_result, cuts_why = _fastest_over_cuts(_cuts(ctx, mincut_bwd, mincut_saved),
-                                                lambda c, b, s: _staged(c, b, s, budget, "rotor"))
-    over += cuts_why
+    value where Rotor carries it -- and the plan with the smaller estimated time wins.
+    Then the knapsack (``_lighter``), which gives up single values where the staged
+    solvers drop whole stages, and the faster estimate of the two wins."""
+    why = f"the min-cut plan ({_fmt(mincut_peak)}) is over the budget ({_fmt(budget)})"
+    try:
+        staged, cuts_why = _fastest_over_cuts(_cuts(ctx, mincut_bwd, mincut_saved),
+                                              lambda c, b, s: _staged(c, b, s, budget, "rotor"))
+        staged, staged_why = _with_checkmate(ctx, staged, mincut_bwd, mincut_saved, budget)
+        why += f"{cuts_why}; {staged_why}"
+    except BudgetError as error:
+        staged, why = error, f"{why}; Rotor found no plan within it"
+    winner, lighter_why = _lighter(ctx, staged, mincut_saved, budget)
+    winner[2].notes["why"] = f"{why}; {lighter_why}"
+    return winner
+
+
+def _with_checkmate(ctx: _Context, rotor_result: tuple, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node],
+                    budget: int) -> tuple[tuple[fx.GraphModule, fx.GraphModule, Plan], str]:
+    """Rotor's plan, or Checkmate's where the stages form a small DAG and its plan is
+    estimated faster; and why."""
     from . import stage_graph
 
     lin, cost = _linearize(ctx, mincut_bwd, mincut_saved, AUTO_CHECKMATE_MAX_STAGES)
@@ -426,8 +461,7 @@ def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
         shape = ("a chain of stages" if skips == 0 else
                  f"a DAG that does not merge into {AUTO_CHECKMATE_MAX_STAGES} stages or fewer (Checkmate's ILP "
                  f"would be slow to compile; ask for solver='checkmate' to use it)")
-        rotor_result[2].notes["why"] = f"{over}; the graph is {shape}: Rotor"
-        return rotor_result
+        return rotor_result, f"the graph is {shape}: Rotor"
     try:
         checkmate_result = _staged(ctx, mincut_bwd, mincut_saved, budget, "checkmate",
                                    max_stages=AUTO_CHECKMATE_MAX_STAGES)
@@ -436,11 +470,111 @@ def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
     r = rotor_result[2].cut_cost
     c = checkmate_result[2].cut_cost if checkmate_result else float("inf")
     winner = checkmate_result if c < r else rotor_result
-    winner[2].notes["why"] = (f"{over}; the stages form a DAG ({skips} skip edges): Rotor and Checkmate both "
-                              f"planned it, estimated {r * 1e3:.3f} ms and "
-                              f"{'no plan' if checkmate_result is None else f'{c * 1e3:.3f} ms'}: "
-                              f"{winner[2].solver}")
-    return winner
+    return winner, (f"the stages form a DAG ({skips} skip edges): Rotor and Checkmate both planned it, estimated "
+                    f"{r * 1e3:.3f} ms and {'no plan' if checkmate_result is None else f'{c * 1e3:.3f} ms'}: "
+                    f"{winner[2].solver}")
+
+
+# Bans a budget may lift: the op is deterministic, and the traffic-optimal cut bans it
+# only because recomputing it costs time (a matmul) or saves no traffic.
+TRADEABLE_BANS = ("compute_intensive", "unfusible", "unfusible_backward_user", "small_reduction")
+
+
+def _knapsack(ctx: _Context, mincut_saved: list[fx.Node], budget: int
+              ) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+    """The min-cut plan with some of its saved values given up (passes/knapsack.py):
+    the bans of the saved values cheapest to recompute per byte are lifted, the
+    traffic-optimal cut is solved again, and each recomputation is placed just before
+    its first use. The shortest such prefix whose predicted peak fits the budget.
+    Where Rotor drops a whole stage (an attention block's QKV projection with its
+    scores), this drops single values (the scores alone)."""
+    from .passes import knapsack
+
+    problem, banned = mincut_problem(ctx.joint, ctx.classes)
+    cost = _costs(ctx)
+    # Every value whose ban may be lifted, saved or not: giving up a saved softmax output
+    # makes the cut save the (banned) scores it is computed from instead, which frees
+    # nothing until the scores are given up too.
+    items = knapsack.rank([knapsack.Item(n.name, cost.get(n, 0.0), node_bytes(n)) for n in ctx.joint.graph.nodes
+                           if banned.get(n.name) in TRADEABLE_BANS and node_bytes(n) > 0])
+    built: dict[int, tuple | None] = {}
+
+    def build(k: int) -> tuple[fx.GraphModule, fx.GraphModule, Plan] | None:
+        if k not in built:
+            lifted = {item.name for item in items[:k]}
+            # A given-up value is recomputed from what the cut saves; the bans of the
+            # others stay: lifting them lets the traffic-optimal cut save a block's
+            # input alone and recompute the whole forward at the start of the backward.
+            try:
+                solution = mincut.solve(dataclasses.replace(problem, banned=problem.banned - lifted,
+                                                            must_recompute=problem.must_recompute | lifted))
+            except mincut.InfeasibleCut:  # a given-up value cannot be recomputed from saveable ones
+                built[k] = None
+                return None
+            saved = [ctx.by_name[name] for name in problem.nodes if name in solution.saved]
+            fwd, bwd = _extract(ctx, saved)
+            fwd_names = {n.name for n in fwd.graph.nodes if n.op == "call_function"}
+            bwd = place_recomputations(bwd, fwd_names | {n.name for n in ctx.classes.forward})
+            mark_recomputation_windows(bwd, fwd_names)
+            plan = dataclasses.replace(_plan(ctx, "knapsack", fwd, bwd, saved, 0.0, with_code=False),
+                                       banned={k: v for k, v in banned.items() if k not in lifted})
+            plan.cut_cost = _estimate(ctx, fwd, bwd)
+            plan.budget_bytes = budget
+            plan.notes = {"given_up": [item.name for item in items[:k]], "candidates": len(items)}
+            built[k] = fwd, bwd, plan
+        return built[k]
+
+    def fits(k: int) -> bool:
+        found = build(k)
+        return found is not None and found[2].predicted_peak_bytes <= budget
+
+    k = knapsack.least_prefix(len(items), fits)
+    if k is None:
+        least = min(found[2].predicted_peak_bytes for found in built.values() if found is not None)
+        raise BudgetError(
+            f"fxremat: a budget of {_fmt(budget)} is below what the knapsack reaches for graph {ctx.graph_id}: "
+            f"giving up values ({len(items)} may be recomputed) predicts {_fmt(least)} at least. Allowed: "
+            f"a budget of at least {least} bytes, or solver='auto' or 'rotor', which recompute whole stages.",
+            least)
+    return build(k)
+
+
+def _estimate(ctx: _Context, fwd: fx.GraphModule, bwd: fx.GraphModule) -> float:
+    """The cost model's seconds for a step of the planned graphs (``costmodel.estimate_step``,
+    the model that costs Rotor's stages): one yardstick for plans of different solvers."""
+    from . import costmodel
+
+    device = _graph_device(ctx.joint)
+    timer = costmodel.OpTimer(device) if ctx.options.cost_model == "measured" else None
+    return costmodel.estimate_step(fwd, bwd, device, timer=timer).total_s
+
+
+def _lighter(ctx: _Context, staged: tuple | BudgetError, mincut_saved: list[fx.Node], budget: int
+             ) -> tuple[tuple[fx.GraphModule, fx.GraphModule, Plan], str]:
+    """The staged solvers' plan (or their BudgetError: none fits), or the knapsack's
+    (``_knapsack``) when that one fits with a smaller estimated step time
+    (``_estimate``): near the min-cut plan's peak, giving up a few values beats
+    dropping whole stages; and why. When neither fits, raises the BudgetError that
+    names the lower minimum."""
+    try:
+        knapsack_result = _knapsack(ctx, mincut_saved, budget)
+    except BudgetError as error:
+        knapsack_result, knapsack_error = None, error
+    staged_failed = isinstance(staged, BudgetError)
+    if knapsack_result is None:
+        if staged_failed:  # the error naming the lower minimum
+            raise min(staged, knapsack_error, key=lambda e: e.least_bytes or float("inf"))
+        return staged, f"the knapsack found no plan within the budget: {staged[2].solver}"
+    k = knapsack_result[2].cut_cost
+    knapsack_result[2].notes["estimated_step_s"] = k
+    given_up = (f"the knapsack (giving up {len(knapsack_result[2].notes['given_up'])} values) is estimated "
+                f"{k * 1e3:.3f} ms")
+    if staged_failed:
+        return knapsack_result, f"{given_up}: knapsack"
+    s = _estimate(ctx, staged[0], staged[1])
+    staged[2].notes["estimated_step_s"] = s
+    winner = staged if s <= k else knapsack_result
+    return winner, f"{given_up} against {staged[2].solver}'s {s * 1e3:.3f} ms: {winner[2].solver}"
 
 
 def _cuts(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]) -> list[tuple]:
