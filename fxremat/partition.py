@@ -437,14 +437,23 @@ def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
     Then the knapsack (``_lighter``), which gives up single values where the staged
     solvers drop whole stages, and the faster estimate of the two wins."""
     why = f"the min-cut plan ({_fmt(mincut_peak)}) is over the budget ({_fmt(budget)})"
+    knapsack_found, probes = _knapsack_search(ctx, budget)
+    cuts = _cuts(ctx, mincut_bwd, mincut_saved)
+    if KNAPSACK_CUT:
+        # Rotor also plans around the knapsack's saved set (its plan, or the probe that
+        # predicted least): a stage kept whole then holds no attention scores.
+        base = knapsack_found or min(probes, key=lambda p: p[2].predicted_peak_bytes)
+        if base[2].notes["given_up"]:
+            kept = {d["name"] for d in base[2].saved}
+            cuts.append(("knapsack", dataclasses.replace(ctx, banned=base[2].banned), base[1],
+                         [n for n in ctx.joint.graph.nodes if n.name in kept]))
     try:
-        staged, cuts_why = _fastest_over_cuts(_cuts(ctx, mincut_bwd, mincut_saved),
-                                              lambda c, b, s: _staged(c, b, s, budget, "rotor"))
+        staged, cuts_why = _fastest_over_cuts(cuts, lambda c, b, s: _staged(c, b, s, budget, "rotor"))
         staged, staged_why = _with_checkmate(ctx, staged, mincut_bwd, mincut_saved, budget)
         why += f"{cuts_why}; {staged_why}"
     except BudgetError as error:
         staged, why = error, f"{why}; Rotor found no plan within it"
-    winner, lighter_why = _lighter(ctx, staged, mincut_saved, budget)
+    winner, lighter_why = _lighter(ctx, staged, knapsack_found, probes, budget)
     winner[2].notes["why"] = f"{why}; {lighter_why}"
     return winner
 
@@ -478,16 +487,30 @@ def _with_checkmate(ctx: _Context, rotor_result: tuple, mincut_bwd: fx.GraphModu
 # Bans a budget may lift: the op is deterministic, and the traffic-optimal cut bans it
 # only because recomputing it costs time (a matmul) or saves no traffic.
 TRADEABLE_BANS = ("compute_intensive", "unfusible", "unfusible_backward_user", "small_reduction")
+KNAPSACK_CUT = True  # solver="auto": Rotor also plans around the knapsack's saved set
 
 
 def _knapsack(ctx: _Context, mincut_saved: list[fx.Node], budget: int
               ) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
-    """The min-cut plan with some of its saved values given up (passes/knapsack.py):
-    the bans of the saved values cheapest to recompute per byte are lifted, the
-    traffic-optimal cut is solved again, and each recomputation is placed just before
-    its first use. The shortest such prefix whose predicted peak fits the budget.
-    Where Rotor drops a whole stage (an attention block's QKV projection with its
-    scores), this drops single values (the scores alone)."""
+    """The min-cut plan with values given up (passes/knapsack.py): ranked by recompute
+    time per byte, a prefix of the values whose bans may be lifted must be recomputed
+    in the backward, the traffic-optimal cut is solved again, and each recomputation
+    is placed just before its first use. The shortest prefix whose predicted peak fits
+    the budget. Where Rotor drops a whole stage (an attention block's QKV projection
+    with its scores), this drops single values (the scores alone)."""
+    found, probes = _knapsack_search(ctx, budget)
+    if found is None:
+        least = min(probe[2].predicted_peak_bytes for probe in probes)
+        raise BudgetError(
+            f"fxremat: a budget of {_fmt(budget)} is below what the knapsack reaches for graph {ctx.graph_id}: "
+            f"giving up values ({probes[0][2].notes['candidates']} may be recomputed) predicts {_fmt(least)} at "
+            f"least. Allowed: a budget of at least {least} bytes, or solver='auto' or 'rotor', which recompute "
+            f"whole stages.", least)
+    return found
+
+
+def _knapsack_search(ctx: _Context, budget: int) -> tuple[tuple | None, list[tuple]]:
+    """``_knapsack``'s plan (None when no probe fits), and every plan it probed."""
     from .passes import knapsack
 
     problem, banned = mincut_problem(ctx.joint, ctx.classes)
@@ -529,14 +552,7 @@ def _knapsack(ctx: _Context, mincut_saved: list[fx.Node], budget: int
         return found is not None and found[2].predicted_peak_bytes <= budget
 
     k = knapsack.least_prefix(len(items), fits)
-    if k is None:
-        least = min(found[2].predicted_peak_bytes for found in built.values() if found is not None)
-        raise BudgetError(
-            f"fxremat: a budget of {_fmt(budget)} is below what the knapsack reaches for graph {ctx.graph_id}: "
-            f"giving up values ({len(items)} may be recomputed) predicts {_fmt(least)} at least. Allowed: "
-            f"a budget of at least {least} bytes, or solver='auto' or 'rotor', which recompute whole stages.",
-            least)
-    return build(k)
+    return (None if k is None else build(k)), [found for found in built.values() if found is not None]
 
 
 def _estimate(ctx: _Context, fwd: fx.GraphModule, bwd: fx.GraphModule) -> float:
@@ -549,21 +565,23 @@ def _estimate(ctx: _Context, fwd: fx.GraphModule, bwd: fx.GraphModule) -> float:
     return costmodel.estimate_step(fwd, bwd, device, timer=timer).total_s
 
 
-def _lighter(ctx: _Context, staged: tuple | BudgetError, mincut_saved: list[fx.Node], budget: int
-             ) -> tuple[tuple[fx.GraphModule, fx.GraphModule, Plan], str]:
+def _lighter(ctx: _Context, staged: tuple | BudgetError, knapsack_result: tuple | None, probes: list[tuple],
+             budget: int) -> tuple[tuple[fx.GraphModule, fx.GraphModule, Plan], str]:
     """The staged solvers' plan (or their BudgetError: none fits), or the knapsack's
     (``_knapsack``) when that one fits with a smaller estimated step time
     (``_estimate``): near the min-cut plan's peak, giving up a few values beats
     dropping whole stages; and why. When neither fits, raises the BudgetError that
     names the lower minimum."""
-    try:
-        knapsack_result = _knapsack(ctx, mincut_saved, budget)
-    except BudgetError as error:
-        knapsack_result, knapsack_error = None, error
     staged_failed = isinstance(staged, BudgetError)
     if knapsack_result is None:
-        if staged_failed:  # the error naming the lower minimum
-            raise min(staged, knapsack_error, key=lambda e: e.least_bytes or float("inf"))
+        if staged_failed:
+            least = min(probe[2].predicted_peak_bytes for probe in probes)
+            if staged.least_bytes is None or least < staged.least_bytes:
+                raise BudgetError(
+                    f"fxremat: a budget of {_fmt(budget)} is below the minimum feasible budget for graph "
+                    f"{ctx.graph_id}: Rotor found no plan within it and the knapsack's least predicts {_fmt(least)}. "
+                    f"Allowed: a budget of at least {least} bytes.", least)
+            raise staged
         return staged, f"the knapsack found no plan within the budget: {staged[2].solver}"
     k = knapsack_result[2].cut_cost
     knapsack_result[2].notes["estimated_step_s"] = k
@@ -617,7 +635,9 @@ def _fastest_over_cuts(cuts: list[tuple], plan_one) -> tuple[tuple[fx.GraphModul
         return best, ""
     estimates = ", ".join(f"{lab} {res[2].cut_cost * 1e3:.3f} ms" for lab, res in found)
     failed = "".join(f"; {lab}: no plan within the budget" for lab, *_ in cuts if lab not in dict(found))
-    return best, (f"; planned around the traffic-optimal and the lean (fewest bytes) saved sets, "
+    names = {"traffic": "the traffic-optimal", "lean": "the lean (fewest bytes)", "knapsack": "the knapsack's"}
+    sets = [names.get(lab, lab) for lab, *_ in cuts]
+    return best, (f"; planned around {', '.join(sets[:-1])} and {sets[-1]} saved sets, "
                   f"estimated {estimates}{failed}: {label}")
 
 
