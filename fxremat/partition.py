@@ -11,6 +11,10 @@ Small steps, each doing one thing:
    AOTAutograd's calling convention.
 5. ``place_recomputations``: every recomputed node just before its first use.
 6. ``timeline.predict``: the predicted memory timeline, checked against the budget.
+
+Over the budget, ``_auto`` plans with Rotor over a chain of stages (``_staged``; Checkmate
+too on a small DAG) and with the knapsack, which gives up single saved values
+(``_knapsack``), and keeps the faster estimate.
 """
 
 from __future__ import annotations

@@ -168,3 +168,19 @@ def test_knapsack_plan_through_inductor_measures_as_predicted_and_under_the_budg
     assert result["solver"] == ["knapsack"] and result["recomputed_ops"][0] > 0
     assert measured <= 1.05 * budget, (measured, budget)
     assert abs(measured - predicted) <= 0.05 * measured, (predicted, measured)
+
+
+def test_rotor_plans_around_the_knapsacks_saved_set_below_the_knapsacks_reach(monkeypatch):
+    """Under the knapsack's least plan, auto's Rotor plans around the knapsack's saved set
+    too (its least-memory probe): attention stages kept whole hold no scores. Here that
+    is estimated faster than around the lean set, and its gradients are exact."""
+    from fxremat import partition
+
+    plan, worst = _run({"memory_budget": 0.45})
+    assert plan.solver == "rotor" and plan.notes["saved_set"] == "knapsack"
+    assert plan.predicted_peak_bytes <= plan.budget_bytes and worst <= 1e-12
+    assert "the knapsack's saved sets" in plan.notes["why"]
+    monkeypatch.setattr(partition, "KNAPSACK_CUT", False)
+    without, _ = _run({"memory_budget": 0.45})
+    assert without.solver == "rotor" and without.notes["saved_set"] != "knapsack"
+    assert plan.cut_cost < without.cut_cost and plan.budget_bytes == without.budget_bytes
