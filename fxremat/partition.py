@@ -369,7 +369,7 @@ def partition(
         try:
             with _compat.lazy_graph_modules():
                 if options.solver == "knapsack":
-                    fwd, bwd, plan = _knapsack(ctx, chosen, target)
+                    fwd, bwd, plan = _knapsack(ctx, target)
                     plan.notes["why"] = (f"solver='knapsack' was asked for; giving up "
                                          f"{len(plan.notes['given_up'])} values fits")
                 elif staged:
@@ -438,7 +438,7 @@ def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
     stages form a DAG (values skip stages, as in a U-Net) and it is small enough for
     Checkmate's ILP, Checkmate plans it too -- it may free and recompute a skipped
     value where Rotor carries it -- and the plan with the smaller estimated time wins.
-    Then the knapsack (``_lighter``), which gives up single values where the staged
+    Then the knapsack (``_staged_or_knapsack``), which gives up single values where the staged
     solvers drop whole stages, and the faster estimate of the two wins."""
     why = f"the min-cut plan ({_fmt(mincut_peak)}) is over the budget ({_fmt(budget)})"
     knapsack_found, probes = _knapsack_search(ctx, budget)
@@ -457,7 +457,7 @@ def _auto(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Node]
         why += f"{cuts_why}; {staged_why}"
     except BudgetError as error:
         staged, why = error, f"{why}; Rotor found no plan within it"
-    winner, lighter_why = _lighter(ctx, staged, knapsack_found, probes, budget)
+    winner, lighter_why = _staged_or_knapsack(ctx, staged, knapsack_found, probes, budget)
     winner[2].notes["why"] = f"{why}; {lighter_why}"
     return winner
 
@@ -494,8 +494,7 @@ TRADEABLE_BANS = ("compute_intensive", "unfusible", "unfusible_backward_user", "
 KNAPSACK_CUT = True  # solver="auto": Rotor also plans around the knapsack's saved set
 
 
-def _knapsack(ctx: _Context, mincut_saved: list[fx.Node], budget: int
-              ) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+def _knapsack(ctx: _Context, budget: int) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
     """The min-cut plan with values given up (passes/knapsack.py): ranked by recompute
     time per byte, a prefix of the values whose bans may be lifted must be recomputed
     in the backward, the traffic-optimal cut is solved again, and each recomputation
@@ -544,7 +543,7 @@ def _knapsack_search(ctx: _Context, budget: int) -> tuple[tuple | None, list[tup
             bwd = place_recomputations(bwd, fwd_names | {n.name for n in ctx.classes.forward})
             mark_recomputation_windows(bwd, fwd_names)
             plan = dataclasses.replace(_plan(ctx, "knapsack", fwd, bwd, saved, 0.0, with_code=False),
-                                       banned={k: v for k, v in banned.items() if k not in lifted})
+                                       banned={name: why for name, why in banned.items() if name not in lifted})
             plan.cut_cost = _estimate(ctx, fwd, bwd)
             plan.budget_bytes = budget
             plan.notes = {"given_up": [item.name for item in items[:k]], "candidates": len(items)}
@@ -569,7 +568,7 @@ def _estimate(ctx: _Context, fwd: fx.GraphModule, bwd: fx.GraphModule) -> float:
     return costmodel.estimate_step(fwd, bwd, device, timer=timer).total_s
 
 
-def _lighter(ctx: _Context, staged: tuple | BudgetError, knapsack_result: tuple | None, probes: list[tuple],
+def _staged_or_knapsack(ctx: _Context, staged: tuple | BudgetError, knapsack_result: tuple | None, probes: list[tuple],
              budget: int) -> tuple[tuple[fx.GraphModule, fx.GraphModule, Plan], str]:
     """The staged solvers' plan (or their BudgetError: none fits), or the knapsack's
     (``_knapsack``) when that one fits with a smaller estimated step time
