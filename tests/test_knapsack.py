@@ -1,4 +1,4 @@
-"""The knapsack plan: the min-cut plan with its cheapest-per-byte saved values given up
+"""The knapsack plan: the min-cut plan with the values cheapest to recompute per byte given up
 (passes/knapsack.py, solver="knapsack", and solver="auto" between it and Rotor)."""
 
 import copy
