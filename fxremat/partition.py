@@ -323,6 +323,7 @@ class _Context:
     input_names: set[str]
     banned: dict[str, str]
     costs: dict[fx.Node, float] | None = None  # each op's estimated seconds (``_linearize``)
+    problem: mincut.MinCutProblem | None = None  # the traffic-optimal min-cut problem (``_knapsack_search``)
 
 
 def partition(
@@ -349,11 +350,9 @@ def partition(
     primals = [n for n in joint.graph.nodes if n.op == "placeholder" and _compat.is_primal(n)]
     ctx = _Context(joint, classes, num_fwd_outputs,
                    {primals[i] for i in (static_lifetime_input_indices or []) if i < len(primals)},
-                   options, graph_id, by_name, {n.name for n in classes.inputs}, banned)
+                   options, graph_id, by_name, {n.name for n in classes.inputs}, banned, problem=problem)
     chosen = [by_name[name] for name in problem.nodes if name in solution.saved]  # graph order: reproducible
-    fwd, bwd = _extract(ctx, chosen)
-    fwd_names = {n.name for n in fwd.graph.nodes if n.op == "call_function"}
-    bwd = place_recomputations(bwd, fwd_names | {n.name for n in classes.forward})
+    fwd, bwd, _ = _extract_placed(ctx, chosen)
     plan = _plan(ctx, "mincut", fwd, bwd, chosen, solution.cost)
     budget = options.memory_budget.resolve(plan.predicted_peak_bytes) if options.memory_budget else None
     plan.budget_bytes = budget
@@ -516,7 +515,7 @@ def _knapsack_search(ctx: _Context, budget: int) -> tuple[tuple | None, list[tup
     """``_knapsack``'s plan (None when no probe fits), and every plan it probed."""
     from .passes import knapsack
 
-    problem, banned = mincut_problem(ctx.joint, ctx.classes)
+    problem, banned = ctx.problem, ctx.banned
     cost = _costs(ctx)
     # Every value whose ban may be lifted, saved or not: giving up a saved softmax output
     # makes the cut save the (banned) scores it is computed from instead, which frees
@@ -538,9 +537,7 @@ def _knapsack_search(ctx: _Context, budget: int) -> tuple[tuple | None, list[tup
                 built[k] = None
                 return None
             saved = [ctx.by_name[name] for name in problem.nodes if name in solution.saved]
-            fwd, bwd = _extract(ctx, saved)
-            fwd_names = {n.name for n in fwd.graph.nodes if n.op == "call_function"}
-            bwd = place_recomputations(bwd, fwd_names | {n.name for n in ctx.classes.forward})
+            fwd, bwd, fwd_names = _extract_placed(ctx, saved)
             mark_recomputation_windows(bwd, fwd_names)
             plan = dataclasses.replace(_plan(ctx, "knapsack", fwd, bwd, saved, 0.0, with_code=False),
                                        banned={name: why for name, why in banned.items() if name not in lifted})
@@ -653,6 +650,15 @@ def _extract(ctx: _Context, saved: list[fx.Node], backward_template: bool = Fals
         ctx.joint, [n for n in saved if not _compat.is_sym_node(n)], [n for n in saved if _compat.is_sym_node(n)],
         num_fwd_outputs=ctx.num_fwd_outputs, static_lifetime_input_nodes=ctx.static_nodes,
         backward_template=backward_template)
+
+
+def _extract_placed(ctx: _Context, saved: list[fx.Node]) -> tuple[fx.GraphModule, fx.GraphModule, set[str]]:
+    """The forward and backward graphs of a saved set, each recomputation placed just
+    before its first use; and the names of the forward's ops (what counts as recomputed)."""
+    fwd, bwd = _extract(ctx, saved)
+    fwd_names = {n.name for n in fwd.graph.nodes if n.op == "call_function"}
+    bwd = place_recomputations(bwd, fwd_names | {n.name for n in ctx.classes.forward})
+    return fwd, bwd, fwd_names
 
 
 def _plan(ctx: _Context, solver: str, fwd: fx.GraphModule, bwd: fx.GraphModule, saved: list[fx.Node],
