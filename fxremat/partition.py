@@ -503,11 +503,10 @@ def _knapsack(ctx: _Context, budget: int) -> tuple[fx.GraphModule, fx.GraphModul
     found, probes = _knapsack_search(ctx, budget)
     if found is None:
         least = min(probe[2].predicted_peak_bytes for probe in probes)
-        raise BudgetError(
-            f"fxremat: a budget of {_fmt(budget)} is below what the knapsack reaches for graph {ctx.graph_id}: "
-            f"giving up values ({probes[0][2].notes['candidates']} may be recomputed) predicts {_fmt(least)} at "
-            f"least. Allowed: a budget of at least {least} bytes, or solver='auto' or 'rotor', which recompute "
-            f"whole stages.", least)
+        candidates = probes[0][2].notes["candidates"]
+        raise _below_minimum(ctx, budget, least, f"the least-memory plan that gives up values ({candidates} may be "
+                             f"recomputed)", below="what the knapsack reaches",
+                             alternative="; or solver='auto' or 'rotor', which recompute whole stages")
     return found
 
 
@@ -577,10 +576,8 @@ def _staged_or_knapsack(ctx: _Context, staged: tuple | BudgetError, knapsack_res
         if staged_failed:
             least = min(probe[2].predicted_peak_bytes for probe in probes)
             if staged.least_bytes is None or least < staged.least_bytes:
-                raise BudgetError(
-                    f"fxremat: a budget of {_fmt(budget)} is below the minimum feasible budget for graph "
-                    f"{ctx.graph_id}: Rotor found no plan within it and the knapsack's least predicts {_fmt(least)}. "
-                    f"Allowed: a budget of at least {least} bytes.", least)
+                raise _below_minimum(ctx, budget, least, "Rotor found no plan within it, and the knapsack's "
+                                     "least-memory plan")
             raise staged
         return staged, f"the knapsack found no plan within the budget: {staged[2].solver}"
     k = knapsack_result[2].cut_cost
@@ -815,21 +812,8 @@ def _staged(ctx: _Context, mincut_bwd: fx.GraphModule, mincut_saved: list[fx.Nod
         return found is not None and found[1][2].predicted_peak_bytes <= budget
 
     def too_small(least) -> BudgetError:
-        least_bytes = least[1][2].predicted_peak_bytes
-        asked = ctx.options.memory_budget
-        per_graph = ""
-        if asked is not None and asked.fraction is not None:
-            # A fraction is of each graph's own unconstrained plan; a model split by a
-            # graph break (a loss computed apart) may have a graph that cannot reach it.
-            least_fraction = least_bytes * asked.fraction / max(budget, 1)
-            per_graph = (f", or a fraction of at least {least_fraction:.3f} (a fraction applies to each compiled "
-                         f"graph on its own; a byte budget applies to each graph too, and a small graph such as a "
-                         f"loss computed after a graph break meets it easily)")
-        return BudgetError(
-            f"fxremat: {f'memory_budget={asked.describe(budget)}' if asked else f'a budget of {_fmt(budget)}'}"
-            f" is below the minimum feasible budget for graph {ctx.graph_id}: the least-memory "
-            f"{solver} plan ({len(lin.stages)} stages) predicts {_fmt(least_bytes)}. Allowed: a budget of at least "
-            f"{least_bytes} bytes{per_graph}.", least_bytes)
+        return _below_minimum(ctx, budget, least[1][2].predicted_peak_bytes,
+                              f"the least-memory {solver} plan ({len(lin.stages)} stages)")
 
     if solver == "twremat":
         # TWRemat has no budget: its parameter k trades memory for time. Keep the
@@ -984,6 +968,26 @@ def _check_no_aliasing(saved: list[fx.Node], input_names: set[str]) -> None:
         if base in seen:
             raise AssertionError(f"fxremat bug: saved tensors {seen[base]} and {node.name} share a storage")
         seen[base] = node.name
+
+
+def _below_minimum(ctx: _Context, budget: int, least_bytes: int, least_plan: str,
+                   below: str = "the minimum feasible budget", alternative: str = "") -> BudgetError:
+    """The error for a budget below what the solvers reach: ``least_plan`` (what predicted
+    ``least_bytes``) and the budget that works, in bytes and, when the budget was asked
+    as a fraction, as a fraction; then ``alternative`` (another solver that goes lower)."""
+    asked = ctx.options.memory_budget
+    per_graph = ""
+    if asked is not None and asked.fraction is not None:
+        # A fraction is of each graph's own unconstrained plan; a model split by a
+        # graph break (a loss computed apart) may have a graph that cannot reach it.
+        least_fraction = least_bytes * asked.fraction / max(budget, 1)
+        per_graph = (f", or a fraction of at least {least_fraction:.3f} (a fraction applies to each compiled "
+                     f"graph on its own; a byte budget applies to each graph too, and a small graph such as a "
+                     f"loss computed after a graph break meets it easily)")
+    return BudgetError(
+        f"fxremat: {f'memory_budget={asked.describe(budget)}' if asked else f'a budget of {_fmt(budget)}'}"
+        f" is below {below} for graph {ctx.graph_id}: {least_plan} predicts {_fmt(least_bytes)}. "
+        f"Allowed: a budget of at least {least_bytes} bytes{per_graph}{alternative}.", least_bytes)
 
 
 def _budget_message(plan: Plan, options: Options, least: int, solvers: str) -> str:

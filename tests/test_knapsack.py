@@ -108,6 +108,29 @@ def test_knapsack_below_its_reach_names_the_least_budget_and_rotor_goes_lower():
     assert plan.solver == "rotor" and plan.predicted_peak_bytes <= plan.budget_bytes and worst <= 1e-12
 
 
+def test_auto_names_the_knapsacks_least_when_it_is_below_rotors(monkeypatch):
+    """When neither Rotor nor the knapsack fits and the knapsack's least plan is the lower,
+    auto's error names that one, in bytes and as a fraction, and it is a budget auto meets.
+    (On the models here Rotor reaches lower; a Rotor that fails everywhere stands in.)"""
+    from fxremat import partition
+
+    def rotor_fails(ctx, mincut_bwd, mincut_saved, budget, solver, **kwargs):
+        raise partition.BudgetError("no plan", least_bytes=1 << 62)
+
+    monkeypatch.setattr(partition, "_staged", rotor_fails)
+    with pytest.raises(Exception) as err:
+        _run({"memory_budget": 0.2})
+    message = str(err.value)
+    assert "Rotor found no plan within it, and the knapsack's least-memory plan" in message
+    least = int(message.split("a budget of at least ")[1].split(" bytes")[0])
+    least_fraction = float(message.split("a fraction of at least ")[1].split(" ")[0])
+    assert least < 1 << 62 and 0.2 < least_fraction < 1.0
+    plan, worst = _run({"memory_budget": least})
+    assert plan.solver == "knapsack" and plan.predicted_peak_bytes <= least and worst <= 1e-12
+    plan, _ = _run({"memory_budget": least_fraction + 2e-3})
+    assert plan.solver == "knapsack" and plan.predicted_peak_bytes <= plan.budget_bytes
+
+
 @pytest.mark.parametrize("make, kwargs, budget", [
     (models.make_gpt, dict(batch=4, seq=64), 0.7),
     (models.make_deep_cnn, dict(batch=4, size=32, depth=6), 0.7),
