@@ -540,7 +540,6 @@ def _knapsack_search(ctx: _Context, budget: int) -> tuple[tuple | None, list[tup
             mark_recomputation_windows(bwd, fwd_names)
             plan = dataclasses.replace(_plan(ctx, "knapsack", fwd, bwd, saved, 0.0, with_code=False),
                                        banned={name: why for name, why in banned.items() if name not in lifted})
-            plan.cut_cost = _estimate(ctx, fwd, bwd)
             plan.budget_bytes = budget
             plan.notes = {"given_up": [item.name for item in items[:k]], "candidates": len(items)}
             built[k] = fwd, bwd, plan
@@ -551,7 +550,10 @@ def _knapsack_search(ctx: _Context, budget: int) -> tuple[tuple | None, list[tup
         return found is not None and found[2].predicted_peak_bytes <= budget
 
     k = knapsack.least_prefix(len(items), fits)
-    return (None if k is None else build(k)), [found for found in built.values() if found is not None]
+    found = None if k is None else build(k)
+    if found is not None:  # estimated only once found: most probes do not fit
+        found[2].cut_cost = _estimate(ctx, found[0], found[1])
+    return found, [probe for probe in built.values() if probe is not None]
 
 
 def _estimate(ctx: _Context, fwd: fx.GraphModule, bwd: fx.GraphModule) -> float:
