@@ -32,7 +32,8 @@ from . import _compat, oplib
 from .options import Options, format_bytes
 from .passes import mincut
 from .passes.memory import Timeline
-from .sizes import describe, is_multi_output, is_tensor_node, node_bytes, storage_bytes, storage_node, storage_of
+from .sizes import (describe, handed_over_bytes, is_multi_output, is_tensor_node, node_bytes, storage_bytes,
+                    storage_node, storage_of)
 from .timeline import predict, relaid_inputs
 
 # Saving a node ``d`` ops away from the backward costs (1 + REWEIGHT * d) times its
@@ -491,6 +492,7 @@ def _with_checkmate(ctx: _Context, rotor_result: tuple, mincut_bwd: fx.GraphModu
 # only because recomputing it costs time (a matmul) or saves no traffic.
 TRADEABLE_BANS = ("compute_intensive", "unfusible", "unfusible_backward_user", "small_reduction")
 KNAPSACK_CUT = True  # solver="auto": Rotor also plans around the knapsack's saved set
+KNAPSACK_BOUND = True  # skip building probes whose saved values alone are over the budget (same plans)
 
 
 def _knapsack(ctx: _Context, budget: int) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
@@ -521,10 +523,13 @@ def _knapsack_search(ctx: _Context, budget: int) -> tuple[tuple | None, list[tup
     # nothing until the scores are given up too.
     items = knapsack.rank([knapsack.Item(n.name, cost.get(n, 0.0), node_bytes(n)) for n in ctx.joint.graph.nodes
                            if banned.get(n.name) in TRADEABLE_BANS and node_bytes(n) > 0])
-    built: dict[int, tuple | None] = {}
+    cuts: dict[int, tuple[list[fx.Node], int] | None] = {}  # in the order asked
+    built: dict[int, tuple] = {}
 
-    def build(k: int) -> tuple[fx.GraphModule, fx.GraphModule, Plan] | None:
-        if k not in built:
+    def cut(k: int) -> tuple[list[fx.Node], int] | None:
+        """The saved set with the first ``k`` items given up, and the bytes it hands over
+        (a lower bound of its plan's peak); None when that cut is infeasible."""
+        if k not in cuts:
             lifted = {item.name for item in items[:k]}
             # A given-up value is recomputed from what the cut saves; the bans of the
             # others stay: lifting them lets the traffic-optimal cut save a block's
@@ -533,11 +538,18 @@ def _knapsack_search(ctx: _Context, budget: int) -> tuple[tuple | None, list[tup
                 solution = mincut.solve(dataclasses.replace(problem, banned=problem.banned - lifted,
                                                             must_recompute=problem.must_recompute | lifted))
             except mincut.InfeasibleCut:  # a given-up value cannot be recomputed from saveable ones
-                built[k] = None
+                cuts[k] = None
                 return None
             saved = [ctx.by_name[name] for name in problem.nodes if name in solution.saved]
+            cuts[k] = saved, handed_over_bytes(saved, ctx.input_names)
+        return cuts[k]
+
+    def build(k: int) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+        if k not in built:
+            saved = cut(k)[0]
             fwd, bwd, fwd_names = _extract_placed(ctx, saved)
             mark_recomputation_windows(bwd, fwd_names)
+            lifted = {item.name for item in items[:k]}
             plan = dataclasses.replace(_plan(ctx, "knapsack", fwd, bwd, saved, 0.0, with_code=False),
                                        banned={name: why for name, why in banned.items() if name not in lifted})
             plan.budget_bytes = budget
@@ -546,14 +558,26 @@ def _knapsack_search(ctx: _Context, budget: int) -> tuple[tuple | None, list[tup
         return built[k]
 
     def fits(k: int) -> bool:
-        found = build(k)
-        return found is not None and found[2].predicted_peak_bytes <= budget
+        # Extracting and predicting a plan is the expensive part: skipped when the saved
+        # values alone are over the budget.
+        if cut(k) is None or (KNAPSACK_BOUND and cut(k)[1] > budget):
+            return False
+        return build(k)[2].predicted_peak_bytes <= budget
 
     k = knapsack.least_prefix(len(items), fits)
-    found = None if k is None else build(k)
-    if found is not None:  # estimated only once found: most probes do not fit
-        found[2].cut_cost = _estimate(ctx, found[0], found[1])
-    return found, [probe for probe in built.values() if probe is not None]
+    if k is not None:
+        found = build(k)
+        found[2].cut_cost = _estimate(ctx, *found[:2])  # estimated only once found: most probes do not fit
+        return found, [built[j] for j in cuts if j in built]
+    # None fits: the probe that predicts least is still wanted (the error names it, Rotor plans
+    # around its saved set). Build the skipped ones while their bound is under the least so far.
+    least = min((plan.predicted_peak_bytes for *_, plan in built.values()), default=None)
+    for j in sorted((j for j in cuts if cuts[j] is not None and j not in built), key=lambda j: cuts[j][1]):
+        if least is not None and KNAPSACK_BOUND and cuts[j][1] > least:
+            break
+        peak = build(j)[2].predicted_peak_bytes
+        least = peak if least is None else min(least, peak)
+    return None, [built[j] for j in cuts if j in built]
 
 
 def _estimate(ctx: _Context, fwd: fx.GraphModule, bwd: fx.GraphModule) -> float:

@@ -85,6 +85,20 @@ def storage_bytes(nodes, exclude: set[str] = frozenset()) -> int:
     return sum(node_bytes(b) for b in bases.values())
 
 
+def handed_over_bytes(saved, exclude: set[str] = frozenset()) -> int:
+    """Bytes the forward hands the backward when it saves ``saved``: a lower bound of the
+    peak of any plan with this saved set, since they are all alive when the forward
+    returns. Per storage (less those named in ``exclude``, the step's inputs), the largest
+    saved view of it, but no more than the storage: a saved slice may be copied out of
+    its base, an expanded view is no bigger than its base."""
+    largest: dict[str, int] = {}
+    for node in saved:
+        base = storage_node(node)
+        if base is not None and base.name not in exclude:
+            largest[base.name] = max(largest.get(base.name, 0), min(node_bytes(node), node_bytes(base)))
+    return sum(largest.values())
+
+
 def describe(node: fx.Node) -> dict:
     """Name, shape, dtype and bytes of a tensor node, for reports."""
     val = node.meta.get("val")

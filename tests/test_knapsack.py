@@ -108,6 +108,48 @@ def test_knapsack_below_its_reach_names_the_least_budget_and_rotor_goes_lower():
     assert plan.solver == "rotor" and plan.predicted_peak_bytes <= plan.budget_bytes and worst <= 1e-12
 
 
+@pytest.mark.parametrize("make, kwargs, budget", [
+    (models.make_transformer, {}, 0.6),  # the knapsack fits
+    (models.make_transformer, {}, 0.3),  # it does not: Rotor plans around its least probe
+    (models.make_deep_cnn, dict(batch=4, size=32, depth=6), 0.5),
+    (models.make_unet, dict(batch=2, size=32), 0.8),
+])
+def test_skipping_probes_by_their_saved_bytes_changes_no_plan(monkeypatch, make, kwargs, budget):
+    """The knapsack skips building a probe whose saved values alone are over the budget
+    (``sizes.handed_over_bytes``, a lower bound of its predicted peak). Every probe built
+    without the skip predicts at least its bound, and the plans, the knapsack's own and
+    auto's, are the same with and without it."""
+    from fxremat import partition, sizes
+
+    bounds, peaks, plans = {}, {}, {}
+    real_plan = partition._plan
+
+    def recording_bound(saved, exclude=frozenset()):
+        bounds[frozenset(n.name for n in saved)] = bound = sizes.handed_over_bytes(saved, exclude)
+        return bound
+
+    def recording_plan(ctx, solver, fwd, bwd, saved, *args, **kw):
+        plan = real_plan(ctx, solver, fwd, bwd, saved, *args, **kw)
+        if solver == "knapsack":
+            peaks[frozenset(n.name for n in saved)] = plan.predicted_peak_bytes
+        return plan
+
+    monkeypatch.setattr(partition, "handed_over_bytes", recording_bound)
+    monkeypatch.setattr(partition, "_plan", recording_plan)
+    for bound_on in (False, True):
+        monkeypatch.setattr(partition, "KNAPSACK_BOUND", bound_on)
+        for solver in ("knapsack", "auto"):
+            try:
+                plan, worst = _run({"memory_budget": budget, "solver": solver}, make, **kwargs)
+                plans[bound_on, solver] = (plan.solver, plan.predicted_peak_bytes, plan.sequence,
+                                           sorted(d["name"] for d in plan.saved), plan.notes.get("given_up"))
+            except Exception as error:  # below the knapsack's reach: the same least named
+                plans[bound_on, solver] = str(error).split("Allowed:")[1]
+    assert peaks and all(bounds[saved] <= peak for saved, peak in peaks.items())
+    assert plans[True, "knapsack"] == plans[False, "knapsack"]
+    assert plans[True, "auto"] == plans[False, "auto"]
+
+
 def test_auto_names_the_knapsacks_least_when_it_is_below_rotors(monkeypatch):
     """When neither Rotor nor the knapsack fits and the knapsack's least plan is the lower,
     auto's error names that one, in bytes and as a fraction, and it is a budget auto meets.
