@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import frontier_models  # noqa: E402
 
 import fxremat  # noqa: E402
+from fxremat.harness import grad_rel_error  # noqa: E402
 
 SIZES = {
     "gpt2": dict(layers=4, dim=64, heads=4, seq=64, batch=4, vocab=256),
@@ -69,11 +70,6 @@ def _gradients(name: str, backend, options: dict | None = None) -> list[torch.Te
     return [p.grad for p in model.parameters()]
 
 
-def _worst(grads, reference) -> float:
-    return max(((g - r).abs().max() / max(r.abs().max().item(), 1e-3)).item()
-               for g, r in zip(grads, reference) if r is not None)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(SIZES))
@@ -104,7 +100,7 @@ def main() -> None:
                            fits=all(p.predicted_peak_bytes <= p.budget_bytes for p in plans
                                     if not p.notes.get("budget_unreachable")),
                            unreachable_graphs=sum(bool(p.notes.get("budget_unreachable")) for p in plans),
-                           vs_eager=_worst(grads, eager), vs_torch_compile=_worst(grads, plain))
+                           vs_eager=grad_rel_error(grads, eager), vs_torch_compile=grad_rel_error(grads, plain))
             rows.append(row)
             print(row, flush=True)
     print("\n| model | budget | solvers | plans fit | rel. error vs eager | vs torch.compile |")

@@ -196,9 +196,15 @@ def _grad_error(spec: dict) -> float:
     with _compat.autograd_cache_disabled():
         torch.manual_seed(1)
         compiled(*batch).backward()
-    # Relative to each parameter's largest gradient, floored at 1e-3 of the largest of all:
-    # a convolution bias before a batch norm has a gradient of rounding noise only.
-    pairs = [(p.grad, r.grad) for p, r in zip(model.parameters(), reference.parameters()) if r.grad is not None]
+    return grad_rel_error([p.grad for p in model.parameters()], [r.grad for r in reference.parameters()])
+
+
+def grad_rel_error(grads, reference) -> float:
+    """The largest ``|g - g_ref|`` over all parameters, relative to each parameter's largest
+    reference gradient, floored at 1e-3 of the largest of all: a convolution bias before a
+    batch norm has a gradient of rounding noise only. Parameters without a reference
+    gradient are skipped."""
+    pairs = [(g, r) for g, r in zip(grads, reference) if r is not None]
     floor = 1e-3 * max(r.abs().max().item() for _, r in pairs)
     return max((g - r).abs().max().item() / max(r.abs().max().item(), floor) for g, r in pairs)
 
