@@ -25,7 +25,6 @@ strategy's gradients alive, and the timing rounds drop gradients before each ste
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import resource
@@ -37,17 +36,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-import frontier  # noqa: E402
+import results_io  # noqa: E402
+from frontier_strategies import FX_OPTIONS_DEFAULT, build_strategy, sweep_strategy, sync  # noqa: E402
+from plan_records import plan_record  # noqa: E402
 
 
 def peer_strategy(name: str) -> dict:
     """``frontier.py``'s strategy dict for a peer's name."""
     if name in ("inductor", "ckpt_blocks", "sac_mm"):
         return {"name": name, "kind": name}
-    for prefix, kind, number in (("pt_budget_", "pt_budget", float), ("ckpt_seq_", "ckpt_seq", int)):
-        value = frontier._number(name[len(prefix):], number) if name.startswith(prefix) else None
-        if value is not None:
-            return {"name": name, "kind": kind, ("budget" if kind == "pt_budget" else "segments"): value}
+    point = sweep_strategy(name)
+    if point is not None:
+        return point
     raise SystemExit(f"--peer {name!r}: expected inductor, ckpt_blocks, sac_mm, pt_budget_<B> or ckpt_seq_<S>")
 
 
@@ -58,7 +58,7 @@ class Contender:
         from fxremat import _compat
 
         self.name = strategy["name"]
-        self.model, self.fn, self.batch, self.ctx, self.device = frontier._build(spec, strategy)
+        self.model, self.fn, self.batch, self.ctx, self.device = build_strategy(spec, strategy)
         self.times: list[float] = []
         self.faults: list[int] = []
         self.system_s: list[float] = []
@@ -71,7 +71,7 @@ class Contender:
     def step(self) -> None:
         self.model.zero_grad(set_to_none=True)
         self.fn(*self.batch).backward()
-        frontier._sync(self.device)
+        sync(self.device)
 
     def measure(self) -> int:
         from fxremat.harness import measure_memory
@@ -82,7 +82,7 @@ class Contender:
 
     def timed(self) -> None:
         self.model.zero_grad(set_to_none=True)
-        frontier._sync(self.device)
+        sync(self.device)
         before = resource.getrusage(resource.RUSAGE_SELF)
         start = time.perf_counter()
         self.step()  # its gradients are None already: nothing to free
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> dict:
     from fxremat import inspect as fx_inspect
     from fxremat.harness import release_malloc_pin
 
-    args.fx_options = {"hold_outputs": False, **args.fx_options}
+    args.fx_options = {**FX_OPTIONS_DEFAULT, **args.fx_options}
     torch.set_num_threads(args.threads)
     scale = args.scale or ("gpu" if args.device == "cuda" else "small")
     spec = {"model": args.model, "scale": scale, "overrides": args.sizes, "device": args.device,
@@ -147,16 +147,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     ratios = [f / p for f, p in zip(fx.times, peer.times)]
     result = {
-        "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+        **results_io.metadata(argv),  # date, torch, cpus, git, ...
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
-        "cpus": os.cpu_count(), "threads": args.threads, "load_avg": os.getloadavg(),
-        "git": frontier._git(), "fx_options": args.fx_options, "model": args.model, "scale": scale,
-        "sizes": args.sizes, "rounds": args.rounds,
+        "threads": args.threads, "load_avg": os.getloadavg(), "fx_options": args.fx_options, "model": args.model,
+        "scale": scale, "sizes": args.sizes, "rounds": args.rounds,
         "peer": summary(peer, peer_peak), "fxremat": summary(fx, fx_peak), "budget_bytes": budget,
-        "fx_plans": [{"solver": p.solver, "budget_bytes": p.budget_bytes,
-                      "predicted_peak_bytes": p.predicted_peak_bytes,
-                      "stages": p.stages, "recomputed_ops": len(p.recomputed), "why": p.notes.get("why")}
-                     for p in plans],
+        "fx_plans": [plan_record(p) for p in plans],
         "paired_ratio_median": statistics.median(ratios), "paired_ratio_min": min(ratios),
         "paired_ratio_max": max(ratios), "rounds_fxremat_faster": sum(x < 1 for x in ratios),
     }
@@ -173,9 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"(range {result['paired_ratio_min']:.3f}–{result['paired_ratio_max']:.3f}); fxremat faster in "
           f"{result['rounds_fxremat_faster']} of {args.rounds} rounds")
     if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        results_io.write_json(args.out, result)
     return result
 
 

@@ -32,19 +32,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import json
 import math
 import os
-import platform
 import sys
 import time
 
 import numpy as np
 import scipy
 
-from fxremat.passes import checkmate
-from fxremat.passes.schedule import RematProblem, memory_lower_bound, no_remat, simulate
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import results_io  # noqa: E402
+from fxremat.passes import checkmate  # noqa: E402
+from fxremat.passes.schedule import RematProblem, memory_lower_bound, no_remat, simulate  # noqa: E402
 
 # ----------------------------------------------------------------------------- graph builder
 
@@ -341,10 +341,11 @@ def geomean(xs) -> float | None:
 
 
 def markdown(rows, meta) -> str:
+    command = meta.get("command", "python bench/checkmate_zoo.py --out-dir bench/results/cpu")
     lines = [
         "# Checkmate: ILP vs two-phase LP rounding on the abstract zoo",
         "",
-        f"`python bench/checkmate_zoo.py --out-dir bench/results/cpu` ({meta['date']}, {meta['cpus']} CPUs "
+        f"`{command}` ({meta['date']}, {meta['cpus']} CPUs "
         f"shared with other jobs, SciPy {meta['scipy']} / HiGHS, time limit {meta['time_limit']:g} s for the ILP "
         "and for the rounding). Budget: the fraction of the way from the working-set lower bound to the "
         "no-rematerialization peak (and, in brackets, the budget as a share of that peak). Costs are relative "
@@ -400,16 +401,13 @@ def main() -> None:
     rows = []
     for name in args.models:
         rows += solve_model(name, args.fractions, args.time_limit)
-    meta = {"date": datetime.date.today().isoformat(), "cpus": os.cpu_count(), "scipy": scipy.__version__,
-            "python": platform.python_version(), "time_limit": args.time_limit, "fractions": args.fractions}
+    meta = {**results_io.metadata(), "scipy": scipy.__version__, "time_limit": args.time_limit,
+            "fractions": args.fractions}  # date, cpus, python, ...
     md = markdown(rows, meta)
     print(md)
     if args.out_dir:
-        os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, "checkmate_zoo.json"), "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
-        with open(os.path.join(args.out_dir, "checkmate_zoo.md"), "w") as f:
-            f.write(md)
+        results_io.write_json(os.path.join(args.out_dir, "checkmate_zoo.json"), {"meta": meta, "rows": rows})
+        results_io.write_text(os.path.join(args.out_dir, "checkmate_zoo.md"), md)
 
 
 if __name__ == "__main__":

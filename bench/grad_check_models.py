@@ -19,11 +19,7 @@ Needs ``transformers`` for the Hugging Face models (``pip install -e ".[bench]"`
 from __future__ import annotations
 
 import argparse
-import copy
-import datetime
-import json
 import os
-import re
 import sys
 import warnings
 
@@ -32,6 +28,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import frontier_models  # noqa: E402
+import results_io  # noqa: E402
+from plan_records import least_budget  # noqa: E402
 
 import fxremat  # noqa: E402
 from fxremat.harness import grad_rel_error  # noqa: E402
@@ -89,11 +87,12 @@ def main() -> None:
             try:
                 grads = _gradients(name, "fxremat", {"compiler": "eager", "memory_budget": budget})
             except Exception as error:  # below the least feasible budget: the error names it
-                least = re.search(r"a budget of at least (\d+) bytes, or a fraction of at least ([0-9.]+)", str(error))
-                row["error"] = (f"below the minimum: at least {least.group(2)} ({int(least.group(1))} bytes)"
+                least = least_budget(str(error))
+                least = least if least and least.fraction else None  # the fraction's error names both
+                row["error"] = (f"below the minimum: at least {least.fraction} ({least.bytes} bytes)"
                                 if least else str(error).strip().splitlines()[-1][:300])
                 if least and isinstance(budget, float):  # then the minimum it names, once
-                    budgets = [int(least.group(1))]
+                    budgets = [least.bytes]
             else:
                 plans = fxremat.inspect.plans()
                 row.update(solvers=[p.solver for p in plans],
@@ -111,10 +110,8 @@ def main() -> None:
         else:
             print(f"| {r['model']} | {r['budget']} | {', '.join(r['solvers'])} | {'yes' if r['fits'] else 'NO'} | "
                   f"{r['vs_eager']:.1e} | {r['vs_torch_compile']:.1e} |")
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"torch": torch.__version__, "date": datetime.date.today().isoformat(), "rows": rows}, f, indent=1)
+    if args.out:  # with results_io's metadata: torch, date, ...
+        results_io.write_json(args.out, {"rows": rows})
 
 
 if __name__ == "__main__":

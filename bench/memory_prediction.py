@@ -12,14 +12,13 @@ above what the inputs hold (baseline, reported apart).
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
+import sys
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fxremat.harness import measure_step
+import results_io  # noqa: E402
+from fxremat.harness import measure_step  # noqa: E402
 
 CASES = [
     ("mlp", {}), ("transformer", {}), ("cnn", {}), ("unet", {}), ("gpt", {}),
@@ -50,11 +49,8 @@ def main() -> None:
         print(f"| {r['model']} | {r['model_kwargs'] or 'default'} | {r['baseline_bytes'] / mib:.2f} | "
               f"{r['predicted_peak_bytes'] / mib:.2f} | {r['measured_peak_bytes'] / mib:.2f} | "
               f"{r['predicted_over_measured']:.3f} | {rss} |")
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"torch": torch.__version__, "device": rows[0]["device_name"], "machine": platform.machine(),
-                       "cpus": os.cpu_count(), "date": datetime.date.today().isoformat(), "rows": rows}, f, indent=1)
+    if args.out:  # with results_io's metadata: torch, machine, cpus, date, ...
+        results_io.write_json(args.out, {"device": rows[0]["device_name"], "rows": rows})
 
 
 if __name__ == "__main__":

@@ -14,14 +14,15 @@ compare the gradients with eager PyTorch's (largest relative error).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import re
+import sys
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fxremat.harness import measure_step
+import results_io  # noqa: E402
+from fxremat.harness import measure_step  # noqa: E402
+from plan_records import least_budget  # noqa: E402
 
 
 def main() -> None:
@@ -49,9 +50,9 @@ def main() -> None:
             lines = [ln for ln in message.splitlines() if "Error" in ln] or message.splitlines()
             rows.append({"budget": budget, "error": lines[-1].strip()[:400]})
             print(rows[-1], flush=True)
-            minimum = re.search(r"a budget of at least (\d+) bytes", message)
+            minimum = least_budget(message)
             if args.to_minimum and minimum and isinstance(budget, float):
-                budgets = [int(minimum.group(1))]
+                budgets = [minimum.bytes]
             continue
         rows.append({"budget": budget, "budget_bytes": r["budget_bytes"][0], "solver": r["solver"][0],
                      "predicted_peak_bytes": r["predicted_peak_bytes"][0], "measured_peak_bytes": r["peak_bytes"],
@@ -73,12 +74,9 @@ def main() -> None:
         print(f"| {r['budget']} | {r['budget_bytes'] / mib:.2f} | {r['solver']} | {r['predicted_peak_bytes'] / mib:.2f}"
               f" | {r['measured_peak_bytes'] / mib:.2f} | {r['measured_peak_bytes'] / r['budget_bytes']:.3f} | "
               f"{r['recomputed_ops']} | {r['step_seconds'] * 1e3:.1f} | {r['solve_seconds']:.1f} | {grad} |")
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"model": args.model, "kwargs": kwargs, "torch": torch.__version__, "cpus": os.cpu_count(),
-                       "threads": args.threads, "load_average": os.getloadavg(),
-                       "date": datetime.date.today().isoformat(), "rows": rows}, f, indent=1)
+    if args.out:  # with results_io's metadata: torch, cpus, date, ...
+        results_io.write_json(args.out, {"model": args.model, "kwargs": kwargs, "threads": args.threads,
+                                         "load_average": os.getloadavg(), "rows": rows})
 
 
 if __name__ == "__main__":

@@ -14,15 +14,16 @@ persistent (exact) DP on shorter chains. Not a test: no assertion on times.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
+import sys
 import time
 
 import numpy as np
 
-from fxremat.passes import rotor
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import results_io  # noqa: E402
+from fxremat.passes import rotor  # noqa: E402
 
 
 def synthetic_chain(stages: int, seed: int = 0) -> rotor.Chain:
@@ -69,12 +70,9 @@ def main() -> None:
     for r in rows:
         print(f"| {r['dp']} | {r['stages']} | {r['bins']} | {r['budget_fraction']:.0%} | {r['seconds']:.2f} | "
               f"{r['makespan_ratio']:.3f} | {r['peak_over_budget']:.3f} | {r['ops']} |")
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({"what": "passes.rotor solve time on synthetic chains", "numpy": np.__version__,
-                       "machine": platform.machine(), "cpus": os.cpu_count(),
-                       "date": datetime.date.today().isoformat(), "rows": rows}, f, indent=1)
+    if args.out:  # with results_io's metadata: machine, cpus, date, ...
+        results_io.write_json(args.out, {"what": "passes.rotor solve time on synthetic chains",
+                                         "numpy": np.__version__, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import datetime
 import json
 import os
 import platform
@@ -41,7 +40,10 @@ from typing import Any, Callable
 
 import torch
 
-from fxremat import _compat, compare, costmodel, models, oplib
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import results_io  # noqa: E402
+from fxremat import _compat, compare, costmodel, models, oplib  # noqa: E402
 
 # Private torch APIs this script needs beyond fxremat._compat (candidates to move there).
 from fxremat._compat import activation_memory_budget, save_all_partition_fn  # noqa: E402
@@ -219,10 +221,11 @@ def main() -> None:
     predicted_m = [r["predicted_extern_measured_ms"] for r in rows]
     measured = [r["measured_ms"] for r in rows]
     result = {
+        **results_io.metadata(),  # torch, date, ... (the markdown's too)
         "model": args.model, "model_kwargs": kwargs, "parameters": sum(p.numel() for p in model.parameters()),
-        "batch_shapes": [list(b.shape) for b in batch], "torch": torch.__version__, "device": "cpu",
-        "machine": f"{platform.machine()}, {costmodel._cpu_name()}, {os.cpu_count()} cpus", "threads": 1,
-        "date": datetime.date.today().isoformat(), "rounds": args.rounds, "steps_per_round": args.steps,
+        "batch_shapes": [list(b.shape) for b in batch], "device": "cpu",
+        "machine": f"{platform.machine()}, {results_io.cpu_name()}, {os.cpu_count()} cpus", "threads": 1,
+        "rounds": args.rounds, "steps_per_round": args.steps,
         "profile": profile.to_json(), "max_relative_grad_diff_vs_eager": grad_diff,
         "spearman_rho": stats.spearmanr(predicted, measured).statistic,
         "spearman_rho_extern_measured": stats.spearmanr(predicted_m, measured).statistic,
@@ -241,11 +244,8 @@ def main() -> None:
     md = markdown(result)
     print(md)
     if args.out_dir:
-        os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, "runtime_ranking.json"), "w") as f:
-            json.dump(result, f, indent=1)
-        with open(os.path.join(args.out_dir, "runtime_ranking.md"), "w") as f:
-            f.write(md)
+        results_io.write_json(os.path.join(args.out_dir, "runtime_ranking.json"), result)
+        results_io.write_text(os.path.join(args.out_dir, "runtime_ranking.md"), md)
 
 
 def markdown(r: dict) -> str:

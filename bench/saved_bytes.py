@@ -9,14 +9,14 @@ Same models (fxremat.models.ZOO), same joint graphs, same counting
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
 import platform
+import sys
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from fxremat import compare, models
+import results_io  # noqa: E402
+from fxremat import compare, models  # noqa: E402
 
 
 def main() -> None:
@@ -34,16 +34,12 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r['model']} | {r['pytorch_bytes']:,} | {r['fxremat_bytes']:,} | {r['ratio']:.3f} |")
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump({
-                "what": "saved-activation bytes per training step (storages handed from forward to backward, "
-                        "less those owned by the step's inputs)",
-                "level": level, "torch": torch.__version__, "machine": platform.machine(),
-                "processor": platform.processor() or platform.uname().machine, "cpus": os.cpu_count(),
-                "date": datetime.date.today().isoformat(), "rows": rows,
-            }, f, indent=1)
+    if args.out:  # with results_io's metadata: torch, machine, cpus, date, ...
+        results_io.write_json(args.out, {
+            "what": "saved-activation bytes per training step (storages handed from forward to backward, "
+                    "less those owned by the step's inputs)",
+            "level": level, "processor": platform.processor() or platform.uname().machine, "rows": rows,
+        })
 
 
 if __name__ == "__main__":

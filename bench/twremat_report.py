@@ -24,10 +24,8 @@ heuristic), and the schedule for one ``k``; one run each, wall clock. Writes
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import sys
 import time
 
@@ -37,6 +35,7 @@ from fxremat.passes import checkmate, twremat
 from fxremat.passes.schedule import no_remat, simulate
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import results_io  # noqa: E402
 from checkmate_zoo import mlp_chain, resnet, transformer  # noqa: E402
 
 DEPTH = {
@@ -92,10 +91,11 @@ def k_range(prepared) -> list[int]:
 
 
 def markdown(depth, transformers, trade, meta) -> str:
+    command = meta.get("command", "python bench/twremat_report.py")
     out = [
         "# TWRemat: peak memory and schedule length",
         "",
-        f"`python bench/twremat_report.py` ({meta['date']}, {meta['cpus']} CPUs, Python {meta['python']}, "
+        f"`{command}` ({meta['date']}, {meta['cpus']} CPUs, Python {meta['python']}, "
         f"NetworkX {meta['networkx']}, tree decomposition: {meta['heuristic']}). Graphs from "
         "`bench/checkmate_zoo.py` (sizes in KiB of fp32 activations; costs in MFLOPs). Peak ÷ no-remat: "
         "TWRemat's peak over the no-rematerialization peak (lower is better); length: computes ÷ nodes "
@@ -155,16 +155,13 @@ def main() -> None:
     depth = [measure(name, make, first, args.heuristic) for family in DEPTH.values() for name, make in family]
     transformers = [measure(name, make, first, args.heuristic) for name, make in TRANSFORMERS]
     trade = [measure(name, make, k_range, args.heuristic, compare=60.0) for name, make in TRADE_OFF]
-    meta = {"date": datetime.date.today().isoformat(), "cpus": os.cpu_count(), "python": platform.python_version(),
-            "networkx": networkx.__version__, "heuristic": args.heuristic}
+    meta = {**results_io.metadata(), "networkx": networkx.__version__, "heuristic": args.heuristic}  # date, cpus, ...
     md = markdown(depth, transformers, trade, meta)
     print(md)
     if args.out_dir:
-        os.makedirs(args.out_dir, exist_ok=True)
-        with open(os.path.join(args.out_dir, "twremat_report.json"), "w") as f:
-            json.dump({"meta": meta, "depth": depth, "transformers": transformers, "trade_off": trade}, f, indent=1)
-        with open(os.path.join(args.out_dir, "twremat_report.md"), "w") as f:
-            f.write(md)
+        results_io.write_json(os.path.join(args.out_dir, "twremat_report.json"),
+                              {"meta": meta, "depth": depth, "transformers": transformers, "trade_off": trade})
+        results_io.write_text(os.path.join(args.out_dir, "twremat_report.md"), md)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Smoke test of the benchmark frontier (bench/frontier.py): its quick mode on one tiny model
 with eager, fxremat at budget 1.0, fxremat at the measured peak of per-block checkpointing
 (which brings ckpt_blocks along) and fxremat at its least feasible budget, written to a
-temporary folder; then its summary and strategy list on made-up rows, without running."""
+temporary folder; then its summary and strategy list on made-up rows, without running; and the
+helpers every bench script shares (bench/results_io.py, bench/plan_records.py)."""
 
 import csv
 import json
@@ -64,12 +65,41 @@ def frontier_least(error):
 
 
 def _frontier():
+    """bench/frontier.py as a module (it puts bench/ on sys.path for the frontier_* modules it imports)."""
+    return _bench("frontier")
+
+
+def _bench(name):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("frontier_bench", os.path.join(ROOT, "bench", "frontier.py"))
+    spec = importlib.util.spec_from_file_location(f"{name}_bench", os.path.join(ROOT, "bench", f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def test_results_files_get_the_same_metadata_and_keep_their_own(tmp_path):
+    results_io = _bench("results_io")
+    results_io.write_json(str(tmp_path / "a" / "flat.json"), {"date": "mine", "rows": [1]})
+    flat = json.loads((tmp_path / "a" / "flat.json").read_text())
+    assert flat["date"] == "mine" and flat["rows"] == [1]
+    assert flat["command"].startswith("python bench/") and flat["cpus"] == os.cpu_count() and "commit" in flat["git"]
+    data = {"meta": {"scipy": "x"}, "rows": []}
+    results_io.write_json(str(tmp_path / "nested.json"), data)
+    nested = json.loads((tmp_path / "nested.json").read_text())
+    assert set(nested) == {"meta", "rows"} and nested["meta"]["scipy"] == "x" and nested["meta"]["torch"]
+    assert data == {"meta": {"scipy": "x"}, "rows": []}  # the caller's dict is not changed
+    results_io.write_json(str(tmp_path / "bare.json"), {"rows": []}, add_metadata=False)
+    assert json.loads((tmp_path / "bare.json").read_text()) == {"rows": []}
+
+
+def test_least_budget_from_the_planners_messages():
+    least_budget = _bench("plan_records").least_budget
+    fraction = ("BudgetError: ... Allowed: a budget of at least 1572864 bytes, or a fraction of at least 0.120 "
+                "(a fraction applies to each compiled graph on its own ...).")
+    assert least_budget(fraction) == (1572864, "0.120")
+    assert least_budget("x Allowed: a budget of at least 7 bytes.\n y Allowed: a budget of at least 9 bytes.") == (9, None)
+    assert least_budget("RuntimeError: out of memory") is None and least_budget(None) is None
 
 
 def test_least_budget_bytes_from_budget_error():

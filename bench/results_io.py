@@ -1,0 +1,122 @@
+"""Writing benchmark results: the one place the bench scripts write their JSON and text files.
+
+    import results_io
+    results_io.write_json("bench/results/cpu/x.json", {"rows": rows})   # + the run's metadata
+    results_io.write_text("bench/results/cpu/x.md", markdown)
+
+Every results file carries the same metadata (:func:`metadata`): the command, the date, torch,
+Python, the machine and CPU, the CPU count and the git state of the measured code.
+:func:`write_json` fills in the keys the data lacks (in ``data["meta"]`` when the data has
+one, else at the top level); a key the script set keeps its value. Files are written with
+``indent=1``, their folder made first. Only the standard library is imported here, so that a
+script can import this before ``fxremat`` (``bench/frontier.py`` chooses where that comes from).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MEASURED_CODE = ("fxremat", "passes", "bench/*.py")  # whose uncommitted changes a result records
+
+
+def command(argv: list[str] | None = None, script: str | None = None) -> str:
+    """``python bench/<script>.py <arguments>`` as the user ran it (arguments unquoted)."""
+    script = os.path.basename(script or sys.argv[0])
+    return " ".join([f"python bench/{script}", *(sys.argv[1:] if argv is None else argv)])
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
+        if names:
+            return names[0]
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _torch_version() -> str | None:
+    torch = sys.modules.get("torch")  # imported already: the version in use; else what is installed
+    if torch is not None:
+        return torch.__version__
+    try:
+        from importlib.metadata import version
+
+        return version("torch")
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def machine() -> dict:
+    """The machine in detail: CPU, CPU count, platform, Python, torch, transformers, memory, GPU."""
+    import torch
+
+    meta = {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "python": platform.python_version(), "torch": torch.__version__}
+    try:
+        import transformers
+
+        meta["transformers"] = transformers.__version__
+    except ImportError:
+        meta["transformers"] = None
+    try:
+        with open("/proc/meminfo") as f:
+            meta["mem_total_kib"] = int(f.readline().split()[1])
+    except OSError:
+        pass
+    if torch.cuda.is_available():
+        meta["gpu"] = torch.cuda.get_device_name()
+    return meta
+
+
+def git_state() -> dict:
+    """This checkout's commit, and the measured code's files that differ from it."""
+    def git(*cmd):
+        try:  # no strip(): the first status line may start with a space
+            done = subprocess.run(["git", "-C", ROOT, *cmd], capture_output=True, text=True, timeout=30)
+            return done.stdout.rstrip("\n")
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    dirty = git("status", "--porcelain", "--", *MEASURED_CODE)
+    return {"commit": git("rev-parse", "HEAD"), "fxremat_dirty_files": dirty.splitlines()}
+
+
+def metadata(argv: list[str] | None = None) -> dict:
+    """The metadata of every results file (``argv``: the script's arguments, default ``sys.argv[1:]``)."""
+    return {"command": command(argv), "date": datetime.date.today().isoformat(), "torch": _torch_version(),
+            "python": platform.python_version(), "machine": platform.machine(), "cpu": cpu_name(),
+            "cpus": os.cpu_count(), "git": git_state()}
+
+
+def _make_folder(path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+
+def write_json(path: str, data: dict, add_metadata: bool = True) -> None:
+    """``data`` as JSON (``indent=1``; what JSON cannot hold as its ``str``) into ``path``. With
+    ``add_metadata``, the keys of :func:`metadata` that the data lacks come first: in
+    ``data["meta"]`` when it is a dict, else at the top level. ``data`` itself is not changed."""
+    if add_metadata:
+        extra = metadata()
+        if isinstance(data.get("meta"), dict):
+            data = {**data, "meta": {**{k: v for k, v in extra.items() if k not in data["meta"]}, **data["meta"]}}
+        else:
+            data = {**{k: v for k, v in extra.items() if k not in data}, **data}
+    _make_folder(path)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, default=str)
+
+
+def write_text(path: str, text: str) -> None:
+    """``text`` into ``path`` (Markdown, a table), its folder made first."""
+    _make_folder(path)
+    with open(path, "w") as f:
+        f.write(text)
