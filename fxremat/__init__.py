@@ -33,7 +33,7 @@ _map_source_passes()
 from ._compat import check_torch  # noqa: E402  (fails early on too old a torch)
 from .backend import FxrematPartitioner, fxremat_backend  # noqa: E402
 from .options import OptionError, Options, parse_bytes  # noqa: E402
-from .partition import BudgetError, BudgetWarning, Plan  # noqa: E402
+from .plan import BudgetError, BudgetWarning, Plan  # noqa: E402
 from . import inspect  # noqa: E402
 
 __all__ = [

@@ -16,7 +16,8 @@ import torch.fx as fx
 
 from . import _compat, inspect
 from .options import Options
-from .partition import BudgetWarning, partition
+from .partition import partition
+from .plan import BudgetWarning
 
 
 @functools.cache

@@ -27,8 +27,8 @@ import torch._dynamo
 from . import _compat, inspect
 from .measure import measure_peak_bytes, saved_activation_bytes, time_steps
 from .models import make_gpt
-from .options import OptionError
-from .partition import BudgetError
+from .options import OptionError, format_bytes
+from .plan import BudgetError
 
 LOSS_RTOL = 1e-4  # fp32; Inductor reorders reductions, so losses agree closely, not bitwise
 LOSS_ATOL = 1e-6
@@ -315,13 +315,6 @@ def report_losses(results: list[Result], out: TextIO) -> int:
         file=out,
     )
     return 0
-
-
-def format_bytes(nbytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.2f} {unit}"
-    return f"{nbytes} B"
 
 
 def _plural(n: int, noun: str) -> str:

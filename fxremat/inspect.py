@@ -2,7 +2,7 @@
 
 ``fxremat.inspect.plans()`` lists the plans made so far (newest last);
 with the ``debug_dir`` option each compiled graph also writes
-``<debug_dir>/<graph_id>-<n>/{forward.py,backward.py,plan.json}``.
+``<debug_dir>/<n>-<graph_id>/{forward.py,backward.py,plan.json}``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import itertools
 import json
 import os
 
-from .partition import Plan
+from .plan import Plan
 
 _PLANS: collections.deque[Plan] = collections.deque(maxlen=256)
 _COUNTER = itertools.count()

@@ -14,7 +14,9 @@ import os
 import re
 from typing import Any
 
-SOLVERS = ("auto", "mincut", "knapsack", "rotor", "rotor_exact", "checkmate", "twremat")
+from .strategies import SOLVERS as _REGISTRY
+
+SOLVERS = tuple(_REGISTRY)  # one registry: fxremat/strategies/__init__.py
 COMPILERS = ("inductor", "eager")
 # How Rotor, Checkmate and TWRemat cost the stages (fxremat/costmodel.py): "roofline" from
 # FLOPs and bytes; "measured" times the library kernels (matmuls, convolutions, attention)

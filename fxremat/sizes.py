@@ -11,7 +11,7 @@ import sympy
 import torch
 import torch.fx as fx
 
-from . import oplib
+from . import aliasing
 
 
 def _hint(value) -> int:
@@ -65,11 +65,11 @@ def is_multi_output(node: fx.Node) -> bool:
 
 
 def storage_node(node: fx.Node) -> fx.Node | None:
-    """The node that allocated the storage ``node`` lives in: views and aliases share
-    their base's storage, so each storage is counted once."""
-    while node.op == "call_function" and oplib.is_view(node) and node.args and isinstance(node.args[0], fx.Node):
-        node = node.args[0]
-    return node if flat_tensors(node.meta.get("val")) else None
+    """The node that allocated the storage ``node`` lives in (``aliasing.storage_node``:
+    views and items of a view op's tuple share their base's storage), so each storage is
+    counted once; None for a value that is no tensor."""
+    base = aliasing.storage_node(node)
+    return base if flat_tensors(base.meta.get("val")) else None
 
 
 def storage_of(node: fx.Node) -> str | None:

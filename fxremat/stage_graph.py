@@ -22,7 +22,7 @@ With ``tied=False`` (TWRemat, whose recursion cannot keep a tie) there is no ``x
 the recorded values as workspace), so every stage is checkpointed at its input.
 
 A solver's sequence of computes maps to Rotor's operations (``to_sequence``), which
-``chain.emit_backward`` turns into the backward graph: ``f{s} x{s}`` is ``F_all^s``,
+``emit.emit_backward`` turns into the backward graph: ``f{s} x{s}`` is ``F_all^s``,
 ``f{s}`` alone ``F_ck^s``, ``b{s}`` is ``B^s`` (``F_all^s B^s`` untied).
 
 Complexity: ``O(V + E)`` of the joint graph.

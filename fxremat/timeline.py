@@ -15,21 +15,15 @@ import torch
 import torch.fx as fx
 
 from . import _compat, oplib
+from .aliasing import readers
 from .passes.memory import Step, Timeline, simulate
 from .sizes import flat_tensors, is_multi_output, node_bytes, storage_of, tensor_bytes
 
 
 def _readers(node: fx.Node, copies: bool = True) -> list[fx.Node]:
-    """The nodes that read ``node``'s data, looking through views (the output node included).
-    ``copies=False``: not through the views Inductor would copy (``_copied_view``), which
-    read ``node`` as one more pointwise reader."""
-    found = []
-    for user in node.users:
-        if user.op == "call_function" and oplib.is_view(user):
-            found.extend(_readers(user) if copies or not _copied_view(user) else [user])
-        else:
-            found.append(user)
-    return found
+    """``aliasing.readers``; ``copies=False``: not through the views Inductor would copy
+    (``_copied_view``), which read ``node`` as one more pointwise reader."""
+    return readers(node, None if copies else _copied_view)
 
 
 # Library ops whose inputs Inductor lays out with the strides the graph recorded

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from fxremat import costmodel
+from fxremat import costmodel, devices
 
 aten = torch.ops.aten
 # Round numbers, so expected times are easy to read; the calibrated profile is tested apart.
@@ -190,7 +190,7 @@ def test_cpu_calibration_is_cached(tmp_path, monkeypatch):
     def no_measuring(*a, **k):
         raise AssertionError("measured again instead of reading the cache")
 
-    monkeypatch.setattr(costmodel, "_median_time", no_measuring)
+    monkeypatch.setattr(devices, "_median_time", no_measuring)  # calibrate_cpu looks it up there
     assert costmodel.calibrate_cpu() == measured
     assert costmodel.cpu_profile() == measured
     assert costmodel.profile_for("cpu") == measured

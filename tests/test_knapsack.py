@@ -119,25 +119,26 @@ def test_skipping_probes_by_their_saved_bytes_changes_no_plan(monkeypatch, make,
     (``sizes.handed_over_bytes``, a lower bound of its predicted peak). Every probe built
     without the skip predicts at least its bound, and the plans, the knapsack's own and
     auto's, are the same with and without it."""
-    from fxremat import partition, sizes
+    from fxremat import sizes
+    from fxremat.strategies import knapsack as knapsack_strategy
 
     bounds, peaks, plans = {}, {}, {}
-    real_plan = partition._plan
+    real_candidate = knapsack_strategy.make_candidate
+    skip = {"on": True}
 
     def recording_bound(saved, exclude=frozenset()):
         bounds[frozenset(n.name for n in saved)] = bound = sizes.handed_over_bytes(saved, exclude)
-        return bound
+        return bound if skip["on"] else 0  # a bound of 0 skips nothing
 
-    def recording_plan(ctx, solver, fwd, bwd, saved, *args, **kw):
-        plan = real_plan(ctx, solver, fwd, bwd, saved, *args, **kw)
-        if solver == "knapsack":
-            peaks[frozenset(n.name for n in saved)] = plan.predicted_peak_bytes
-        return plan
+    def recording_candidate(ctx, solver, fwd, bwd, saved, *args, **kw):
+        found = real_candidate(ctx, solver, fwd, bwd, saved, *args, **kw)
+        peaks[frozenset(n.name for n in saved)] = found.peak
+        return found
 
-    monkeypatch.setattr(partition, "handed_over_bytes", recording_bound)
-    monkeypatch.setattr(partition, "_plan", recording_plan)
+    monkeypatch.setattr(knapsack_strategy, "handed_over_bytes", recording_bound)
+    monkeypatch.setattr(knapsack_strategy, "make_candidate", recording_candidate)
     for bound_on in (False, True):
-        monkeypatch.setattr(partition, "KNAPSACK_BOUND", bound_on)
+        skip["on"] = bound_on
         for solver in ("knapsack", "auto"):
             try:
                 plan, worst = _run({"memory_budget": budget, "solver": solver}, make, **kwargs)
@@ -154,12 +155,13 @@ def test_auto_names_the_knapsacks_least_when_it_is_below_rotors(monkeypatch):
     """When neither Rotor nor the knapsack fits and the knapsack's least plan is the lower,
     auto's error names that one, in bytes and as a fraction, and it is a budget auto meets.
     (On the models here Rotor reaches lower; a Rotor that fails everywhere stands in.)"""
-    from fxremat import partition
+    from fxremat import BudgetError
+    from fxremat.strategies import staged
 
-    def rotor_fails(ctx, mincut_bwd, mincut_saved, budget, solver, **kwargs):
-        raise partition.BudgetError("no plan", least_bytes=1 << 62)
+    def rotor_fails(saved_set, budget, solver, max_stages=None):
+        raise BudgetError("no plan", least_bytes=1 << 62)
 
-    monkeypatch.setattr(partition, "_staged", rotor_fails)
+    monkeypatch.setattr(staged, "plan_around", rotor_fails)
     with pytest.raises(Exception) as err:
         _run({"memory_budget": 0.2})
     message = str(err.value)
@@ -228,13 +230,13 @@ def test_rotor_plans_around_the_knapsacks_saved_set_below_the_knapsacks_reach(mo
     """Under the knapsack's least plan, auto's Rotor plans around the knapsack's saved set
     too (its least-memory probe): attention stages kept whole hold no scores. Here that
     is estimated faster than around the lean set, and its gradients are exact."""
-    from fxremat import partition
+    from fxremat.strategies import staged
 
     plan, worst = _run({"memory_budget": 0.45})
     assert plan.solver == "rotor" and plan.notes["saved_set"] == "knapsack"
     assert plan.predicted_peak_bytes <= plan.budget_bytes and worst <= 1e-12
     assert "the knapsack's saved sets" in plan.notes["why"]
-    monkeypatch.setattr(partition, "KNAPSACK_CUT", False)
+    monkeypatch.setattr(staged, "SAVED_SETS", ("traffic", "lean"))
     without, _ = _run({"memory_budget": 0.45})
     assert without.solver == "rotor" and without.notes["saved_set"] != "knapsack"
     assert plan.cut_cost < without.cut_cost and plan.budget_bytes == without.budget_bytes

@@ -94,7 +94,7 @@ def test_rotor_plans_around_the_lean_saved_set_too(monkeypatch):
     lean one (fewest bytes: the layer norms and GELUs the backward would write anyway are
     recomputed there, so a stage kept whole holds less) and the faster estimate wins. On
     this transformer at half its memory that is the lean one; its gradients are exact."""
-    from fxremat import partition
+    from fxremat.strategies import staged
 
     options = {"memory_budget": 0.5, "solver": "rotor"}
     grads, plan, (model, batch) = _grads_and_plan(models.make_transformer, TRANSFORMER, options)
@@ -102,7 +102,7 @@ def test_rotor_plans_around_the_lean_saved_set_too(monkeypatch):
     assert "traffic-optimal and the lean" in plan.notes["why"]
     assert plan.predicted_peak_bytes <= plan.budget_bytes
     _assert_equal_to_eager(grads, model, batch)
-    monkeypatch.setattr(partition, "LEAN_CUT", False)
+    monkeypatch.setattr(staged, "SAVED_SETS", ("traffic", "knapsack"))
     _, traffic_plan, _ = _grads_and_plan(models.make_transformer, TRANSFORMER, options)
     assert traffic_plan.notes["saved_set"] == "traffic"
     assert plan.cut_cost < traffic_plan.cut_cost
@@ -221,11 +221,11 @@ def test_measured_peak_equals_the_prediction_at_a_small_budget():
 def _rotor_builds(monkeypatch, make, kwargs, budget=0.5, **options):
     """Every plan Rotor's budget search builds for ``make(**kwargs)`` at ``budget`` (compiler
     "eager"): (joint, linearization, sequence, gradients, chain, op costs, what
-    ``chain.backward_reads`` answered)."""
-    from fxremat import chain
+    ``emit.backward_reads`` answered)."""
+    from fxremat import chain, emit
 
     chains, builds = {}, []
-    orig_chain, orig_reads = chain.rotor_chain, chain.backward_reads
+    orig_chain, orig_reads = chain.rotor_chain, emit.backward_reads
 
     def rotor_chain(lin, cost, inputs, gradients=()):
         chains[id(lin)] = (orig_chain(lin, cost, inputs, gradients), cost)
@@ -237,7 +237,7 @@ def _rotor_builds(monkeypatch, make, kwargs, budget=0.5, **options):
         return answer
 
     monkeypatch.setattr(chain, "rotor_chain", rotor_chain)
-    monkeypatch.setattr(chain, "backward_reads", backward_reads)
+    monkeypatch.setattr(emit, "backward_reads", backward_reads)
     _grads_and_plan(make, kwargs, {"memory_budget": budget, "solver": "rotor", **options})
     return builds
 
@@ -245,14 +245,14 @@ def _rotor_builds(monkeypatch, make, kwargs, budget=0.5, **options):
 @pytest.mark.parametrize("make, kwargs", [(models.make_transformer, dict(TRANSFORMER, dropout=0.1)),
                                           (models.make_deep_cnn, DEEP_CNN)])
 def test_backward_reads_agree_with_the_scratch_emission(monkeypatch, make, kwargs):
-    """``chain.backward_reads`` finds what the backward reads and which copies it keeps
+    """``emit.backward_reads`` finds what the backward reads and which copies it keeps
     without building the scratch graph; the graph's dead code elimination is the reference."""
-    from fxremat import chain
+    from fxremat import emit
 
     builds = _rotor_builds(monkeypatch, make, kwargs, budget=0.6)
     assert len(builds) >= 2
     for joint, lin, sequence, gradients, _, _, (reads, alive) in builds:
-        graph, emitter = chain._emit(None, joint, lin, sequence, None, gradients=gradients)
+        graph, emitter = emit._emit(None, joint, lin, sequence, None, gradients=gradients)
         assert alive == {emitter.copies[n] for n in graph.nodes if n in emitter.copies}
         assert reads == {emitter.stand_in_of[n] for n in emitter.stand_ins if n.users}
 
@@ -264,13 +264,13 @@ def test_last_forward_of_a_segment_costs_what_the_emitted_backward_runs(monkeypa
     counted the stage's whole min-cut saved set: a transformer block's FFN output, saved
     for the residual add the next block recomputes, charged the second FFN matmul that the
     emitted graph never runs."""
-    from fxremat import chain
+    from fxremat import emit
     from fxremat.passes import rotor
 
     builds = _rotor_builds(monkeypatch, models.make_transformer, dict(TRANSFORMER, layers=4))
     checked, skipped = 0, 0.0
     for joint, lin, sequence, gradients, rchain, cost, _ in builds:
-        graph, emitter = chain._emit(None, joint, lin, sequence, None, gradients=gradients)
+        graph, emitter = emit._emit(None, joint, lin, sequence, None, gradients=gradients)
         by_name = {n.name: n for n in joint.graph.nodes}
         first_b = next(i for i, op in enumerate(sequence) if op.kind == rotor.B)
         current = rchain.length  # delta^L: the loss stage's

@@ -1,0 +1,144 @@
+"""A candidate plan (``Candidate``: forward graph, backward graph, ``Plan``) and what
+every strategy builds one from (``Context``): the prepared joint graph, its classes and
+the traffic-optimal min-cut problem."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch.fx as fx
+
+from . import _compat
+from .fx_passes import place_recomputations
+from .joint import NodeClasses, graph_device
+from .options import Options
+from .passes import mincut
+from .plan import Plan
+from .sizes import describe, is_multi_output, storage_bytes, storage_of
+from .timeline import predict, relaid_inputs
+
+
+@dataclasses.dataclass
+class Candidate:
+    """One way to run the step: the forward and backward graphs and their plan."""
+
+    forward: fx.GraphModule
+    backward: fx.GraphModule
+    plan: Plan
+    saved: list[fx.Node] = dataclasses.field(default_factory=list)  # what it was planned to save, graph order
+
+    @property
+    def peak(self) -> int:
+        """The plan's predicted peak, in bytes."""
+        return self.plan.predicted_peak_bytes
+
+
+@dataclasses.dataclass
+class Context:
+    """What every strategy's candidates are built from: the prepared joint graph and its classes."""
+
+    joint: fx.GraphModule
+    classes: NodeClasses
+    num_fwd_outputs: int
+    static_nodes: set[fx.Node]
+    options: Options
+    graph_id: str
+    by_name: dict[str, fx.Node]
+    input_names: set[str]
+    banned: dict[str, str]  # why each node may not be recomputed (of the saved set planned around)
+    problem: mincut.MinCutProblem  # the traffic-optimal min-cut problem
+    _costs: dict[fx.Node, float] | None = None
+
+    def saved_nodes(self, names) -> list[fx.Node]:
+        """The joint graph's nodes named in ``names``, in graph order: reproducible."""
+        return [self.by_name[name] for name in self.problem.nodes if name in names]
+
+    def costs(self) -> dict[fx.Node, float]:
+        """Each op's estimated seconds (``costmodel.node_costs``: Inductor-like kernels on
+        the graph's device), found once per graph: strategies plan around several saved sets."""
+        from . import costmodel
+
+        if self._costs is None:
+            device = graph_device(self.joint)
+            timer = costmodel.OpTimer(device) if self.options.cost_model == "measured" else None
+            self._costs = costmodel.node_costs(self.joint, device, timer)
+        return self._costs
+
+    def estimate(self, candidate: Candidate) -> float:
+        """The cost model's seconds for a step of the candidate's graphs (``costmodel.estimate_step``,
+        the model that costs Rotor's stages): one yardstick for plans of different solvers."""
+        from . import costmodel
+
+        device = graph_device(self.joint)
+        timer = costmodel.OpTimer(device) if self.options.cost_model == "measured" else None
+        return costmodel.estimate_step(candidate.forward, candidate.backward, device, timer=timer).total_s
+
+
+def extract(ctx: Context, saved: list[fx.Node], backward_template: bool = False
+            ) -> tuple[fx.GraphModule, fx.GraphModule]:
+    """The forward and backward graphs that save ``saved`` (torch's extractor: AOTAutograd's
+    calling convention). ``backward_template``: a backward for ``emit`` to fill in."""
+    tuples = [n.name for n in saved if is_multi_output(n)]
+    if tuples:  # torch's extractor would make them forward outputs, which Inductor rejects
+        raise AssertionError(f"fxremat bug: saved values {tuples} are tuples (multi-output ops): save their items")
+    return _compat.extract_fwd_bwd_modules(
+        ctx.joint, [n for n in saved if not _compat.is_sym_node(n)], [n for n in saved if _compat.is_sym_node(n)],
+        num_fwd_outputs=ctx.num_fwd_outputs, static_lifetime_input_nodes=ctx.static_nodes,
+        backward_template=backward_template)
+
+
+def extract_placed(ctx: Context, saved: list[fx.Node]) -> tuple[fx.GraphModule, fx.GraphModule, set[str]]:
+    """The forward and backward graphs of a saved set, each recomputation placed just
+    before its first use; and the names of the forward's ops (what counts as recomputed)."""
+    fwd, bwd = extract(ctx, saved)
+    fwd_names = {n.name for n in fwd.graph.nodes if n.op == "call_function"}
+    bwd = place_recomputations(bwd, fwd_names | {n.name for n in ctx.classes.forward})
+    return fwd, bwd, fwd_names
+
+
+def check_no_aliasing(saved: list[fx.Node], input_names: set[str]) -> None:
+    """Two saved tensors in one storage would let Inductor's backward reuse (donate) one
+    buffer while the other still reads it: the partitioner saves bases, never views."""
+    seen: dict[str, str] = {}
+    for node in saved:
+        base = storage_of(node)
+        if base is None or base in input_names:
+            continue
+        if base in seen:
+            raise AssertionError(f"fxremat bug: saved tensors {seen[base]} and {node.name} share a storage")
+        seen[base] = node.name
+
+
+def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.GraphModule, saved: list[fx.Node],
+                   cut_cost: float, recomputed: list[dict] | None = None, with_code: bool = True,
+                   **extra: Any) -> Candidate:
+    """The candidate of the graphs ``fwd`` and ``bwd``: its plan, with the timeline predicted
+    for the compiler in the options. ``with_code=False``: the graphs' Python code is filled
+    in later, for the candidate chosen only (making it for every candidate is slow)."""
+    bwd_inputs = {n.name for n in bwd.graph.find_nodes(op="placeholder")}
+    saved_final = [n for n in saved if n.name in bwd_inputs and not _compat.is_sym_node(n)]  # torch drops unused
+    saved_sym = [n for n in saved if n.name in bwd_inputs and _compat.is_sym_node(n)]
+    check_no_aliasing(saved_final, ctx.input_names)
+    fwd_names = {n.name for n in fwd.graph.nodes if n.op == "call_function"}
+    if recomputed is None:
+        recomputed = [{"name": n.name, "op": str(n.target)} for n in bwd.graph.nodes
+                      if n.op == "call_function" and n.name in fwd_names]
+    inductor = ctx.options.compiler == "inductor"
+    timeline = predict(fwd, bwd, ctx.num_fwd_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor,
+                       hold_outputs=ctx.options.hold_outputs)
+    plan = Plan(
+        graph_id=ctx.graph_id,
+        solver=solver,
+        saved=[describe(n) for n in saved_final + saved_sym],
+        saved_activation_bytes=storage_bytes(saved_final, ctx.input_names),
+        recomputed=recomputed,
+        banned=ctx.banned,
+        cut_cost=cut_cost,
+        timeline=timeline,
+        budget_bytes=None,
+        forward_code=fwd.code if with_code else "",
+        backward_code=bwd.code if with_code else "",
+        **extra,
+    )
+    return Candidate(fwd, bwd, plan, list(saved))

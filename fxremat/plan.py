@@ -1,0 +1,108 @@
+"""What fxremat decided for one compiled graph (``Plan``), and the errors and warnings
+of a memory budget (``BudgetError``, ``BudgetWarning``, and their messages)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any
+
+import torch.fx as fx
+
+from .options import Options, format_bytes
+from .passes.memory import Timeline
+
+
+class BudgetError(ValueError):
+    """The memory budget cannot be met by the available solvers. ``least_bytes``: the
+    least predicted peak the solver found for the graph, when it got that far."""
+
+    def __init__(self, message: str, least_bytes: int | None = None):
+        super().__init__(message)
+        self.least_bytes = least_bytes
+
+
+class BudgetWarning(UserWarning):
+    """The budget may not hold as asked: a fraction budget that a compiled graph cannot
+    reach at all (no plan predicts meaningfully less than its unconstrained one: a loss
+    computed in a graph of its own, after a graph break; the graph keeps that plan, the
+    other graphs get the fraction), or Inductor settings that keep memory the plan frees."""
+
+
+@dataclasses.dataclass
+class Plan:
+    """What fxremat decided for one compiled graph."""
+
+    graph_id: str
+    solver: str
+    saved: list[dict]  # name, shape, dtype, bytes: values handed from forward to backward
+    saved_activation_bytes: int  # saved values' bytes, less those aliasing the step's inputs
+    recomputed: list[dict]  # name, op: forward nodes the backward computes again
+    banned: dict[str, str]  # node -> why it may not be recomputed
+    cut_cost: float
+    timeline: Timeline
+    budget_bytes: int | None
+    forward_code: str = ""
+    backward_code: str = ""
+    sequence: str | None = None  # Rotor's operation sequence
+    stages: int | None = None  # Rotor's chain length
+    solve_seconds: float = 0.0  # wall time of planning this graph (all solvers tried)
+    notes: dict[str, Any] = dataclasses.field(default_factory=dict)  # solver choice and solver details
+
+    @property
+    def predicted_peak_bytes(self) -> int:
+        return self.timeline.peak_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "graph_id": self.graph_id,
+            "solver": self.solver,
+            "saved": self.saved,
+            "saved_activation_bytes": self.saved_activation_bytes,
+            "recomputed": self.recomputed,
+            "banned": self.banned,
+            "cut_cost": self.cut_cost,
+            "budget_bytes": self.budget_bytes,
+            "sequence": self.sequence,
+            "stages": self.stages,
+            "solve_seconds": self.solve_seconds,
+            "notes": self.notes,
+            "predicted_peak_bytes": self.predicted_peak_bytes,
+            "predicted_peak_at": self.timeline.peak_step,
+            "timeline": self.timeline.as_records(),
+        }
+
+
+def graph_fingerprint(joint: fx.GraphModule) -> str:
+    """The id of a joint graph in plans and messages: a hash of its code."""
+    return hashlib.sha256(joint.code.encode()).hexdigest()[:12]
+
+
+def below_minimum(options: Options, graph_id: str, budget: int, least_bytes: int, least_plan: str,
+                  below: str = "the minimum feasible budget", alternative: str = "") -> BudgetError:
+    """The error for a budget below what the solvers reach: ``least_plan`` (what predicted
+    ``least_bytes``) and the budget that works, in bytes and, when the budget was asked
+    as a fraction, as a fraction; then ``alternative`` (another solver that goes lower)."""
+    asked = options.memory_budget
+    per_graph = ""
+    if asked is not None and asked.fraction is not None:
+        # A fraction is of each graph's own unconstrained plan; a model split by a
+        # graph break (a loss computed apart) may have a graph that cannot reach it.
+        least_fraction = least_bytes * asked.fraction / max(budget, 1)
+        per_graph = (f", or a fraction of at least {least_fraction:.3f} (a fraction applies to each compiled "
+                     f"graph on its own; a byte budget applies to each graph too, and a small graph such as a "
+                     f"loss computed after a graph break meets it easily)")
+    return BudgetError(
+        f"fxremat: {f'memory_budget={asked.describe(budget)}' if asked else f'a budget of {format_bytes(budget)}'}"
+        f" is below {below} for graph {graph_id}: {least_plan} predicts {format_bytes(least_bytes)}. "
+        f"Allowed: a budget of at least {least_bytes} bytes{per_graph}{alternative}.", least_bytes)
+
+
+def over_budget(plan: Plan, options: Options, least: int, solvers: str) -> BudgetError:
+    """The error for a solver that recomputes nothing further (solver='mincut') over the budget."""
+    return BudgetError(
+        f"fxremat: memory_budget={options.memory_budget.describe(plan.budget_bytes)} cannot be met "
+        f"for graph {plan.graph_id} by {solvers}: its predicted peak is {format_bytes(least)} (saved activations "
+        f"{format_bytes(plan.saved_activation_bytes)}). Allowed: a budget of at least {least} bytes, or "
+        f"solver='auto' or 'rotor', which recompute further."
+    )

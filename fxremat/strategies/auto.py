@@ -1,0 +1,90 @@
+"""``solver="auto"`` over the budget: Rotor, which is optimal on chains of stages (and
+Checkmate too where the stages form a small DAG), and the knapsack, which gives up
+single values where the staged solvers drop whole stages; the faster estimate wins."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import stage_graph
+from ..candidate import Candidate, Context
+from ..options import format_bytes
+from ..plan import BudgetError, below_minimum
+from . import SOLVERS, knapsack, staged
+
+CHECKMATE_MAX_STAGES = 8  # Checkmate's ILP runs only on DAGs this small (fast)
+
+
+def plan(ctx: Context, mincut_plan: Candidate, budget: int, over: bool, solver) -> Candidate:
+    why = f"the min-cut plan ({format_bytes(mincut_plan.peak)}) is over the budget ({format_bytes(budget)})"
+    knapsack_found, probes = knapsack.search(ctx, budget)
+    traffic = staged.traffic(ctx, mincut_plan)
+    sets = staged.saved_sets(ctx, traffic)
+    if "knapsack" in staged.SAVED_SETS:
+        # Rotor also plans around the knapsack's saved set (its plan, or the probe that
+        # predicted least): a stage kept whole then holds no attention scores.
+        base = knapsack_found or min(probes, key=lambda p: p.peak)
+        if base.plan.notes["given_up"]:
+            kept = {d["name"] for d in base.plan.saved}
+            sets.append(staged.SavedSet("knapsack", dataclasses.replace(ctx, banned=base.plan.banned), base.backward,
+                                        [n for n in ctx.joint.graph.nodes if n.name in kept]))
+    try:
+        rotor = SOLVERS["rotor"]
+        found, sets_why = staged.fastest(sets, lambda s: staged.plan_around(s, budget, rotor))
+        found, staged_why = _with_checkmate(traffic, found, budget)
+        why += f"{sets_why}; {staged_why}"
+    except BudgetError as error:
+        found, why = error, f"{why}; Rotor found no plan within it"
+    winner, lighter_why = _staged_or_knapsack(ctx, found, knapsack_found, probes, budget)
+    winner.plan.notes["why"] = f"{why}; {lighter_why}"
+    return winner
+
+
+def _with_checkmate(traffic: staged.SavedSet, rotor_result: Candidate, budget: int) -> tuple[Candidate, str]:
+    """Rotor's plan, or Checkmate's where the stages form a small DAG and its plan is
+    estimated faster; and why."""
+    ctx = traffic.ctx
+    lin, cost = staged.linearize(ctx, traffic.backward, traffic.saved, CHECKMATE_MAX_STAGES)
+    skips = stage_graph.build(lin, cost, ctx.input_names).skips if lin.stages else 0
+    if skips == 0 or len(lin.stages) > CHECKMATE_MAX_STAGES:
+        shape = ("a chain of stages" if skips == 0 else
+                 f"a DAG that does not merge into {CHECKMATE_MAX_STAGES} stages or fewer (Checkmate's ILP "
+                 f"would be slow to compile; ask for solver='checkmate' to use it)")
+        return rotor_result, f"the graph is {shape}: Rotor"
+    try:
+        checkmate_result = staged.plan_around(traffic, budget, SOLVERS["checkmate"], max_stages=CHECKMATE_MAX_STAGES)
+    except BudgetError:
+        checkmate_result = None
+    r = rotor_result.plan.cut_cost
+    c = checkmate_result.plan.cut_cost if checkmate_result else float("inf")
+    winner = checkmate_result if c < r else rotor_result
+    return winner, (f"the stages form a DAG ({skips} skip edges): Rotor and Checkmate both planned it, estimated "
+                    f"{r * 1e3:.3f} ms and {'no plan' if checkmate_result is None else f'{c * 1e3:.3f} ms'}: "
+                    f"{winner.plan.solver}")
+
+
+def _staged_or_knapsack(ctx: Context, found: Candidate | BudgetError, knapsack_found: Candidate | None,
+                        probes: list[Candidate], budget: int) -> tuple[Candidate, str]:
+    """The staged solvers' plan (or their BudgetError: none fits), or the knapsack's when
+    that one fits with a smaller estimated step time (``Context.estimate``): near the
+    min-cut plan's peak, giving up a few values beats dropping whole stages; and why.
+    When neither fits, raises the BudgetError that names the lower minimum."""
+    staged_failed = isinstance(found, BudgetError)
+    if knapsack_found is None:
+        if staged_failed:
+            least = min(probe.peak for probe in probes)
+            if found.least_bytes is None or least < found.least_bytes:
+                raise below_minimum(ctx.options, ctx.graph_id, budget, least,
+                                    "Rotor found no plan within it, and the knapsack's least-memory plan")
+            raise found
+        return found, f"the knapsack found no plan within the budget: {found.plan.solver}"
+    k = knapsack_found.plan.cut_cost
+    knapsack_found.plan.notes["estimated_step_s"] = k
+    given_up = (f"the knapsack (giving up {len(knapsack_found.plan.notes['given_up'])} values) is estimated "
+                f"{k * 1e3:.3f} ms")
+    if staged_failed:
+        return knapsack_found, f"{given_up}: knapsack"
+    s = ctx.estimate(found)
+    found.plan.notes["estimated_step_s"] = s
+    winner = found if s <= k else knapsack_found
+    return winner, f"{given_up} against {found.plan.solver}'s {s * 1e3:.3f} ms: {winner.plan.solver}"

@@ -1,0 +1,281 @@
+"""What the solvers over stages share (Rotor, Checkmate, TWRemat): the saved sets they
+plan around, the linearization into stages, building a candidate from a sequence of
+stage operations, and the search of a solver's model budget against the predicted
+timeline. Each solver's module gives ``search(problem: StagedProblem) -> Candidate``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch.fx as fx
+
+from .. import _compat
+from ..candidate import Candidate, Context, extract, make_candidate
+from ..joint import differentiable_inputs
+from ..options import format_bytes
+from ..passes import rotor as rotor_dp
+from ..plan import BudgetError, below_minimum
+from ..sizes import node_bytes, storage_bytes, storage_node, storage_of
+from . import mincut as mincut_strategy
+
+LEAST_LADDER = 4  # model budgets probed above the least one when its plan does not fit
+# Saved sets the chain solvers plan around over budget (``saved_sets``), in this order.
+SAVED_SETS = ("traffic", "lean", "knapsack")
+_SAVED_SET_NAMES = {"traffic": "the traffic-optimal", "lean": "the lean (fewest bytes)", "knapsack": "the knapsack's"}
+
+
+@dataclasses.dataclass
+class SavedSet:
+    """A saved set to plan around: ``label`` (``SAVED_SETS``), the context with its bans,
+    the backward graph of its plan (what the backward computes), and the saved nodes."""
+
+    label: str
+    ctx: Context
+    backward: fx.GraphModule
+    saved: list[fx.Node]
+
+
+def traffic(ctx: Context, mincut_plan: Candidate) -> SavedSet:
+    """The min-cut plan's (traffic-optimal) saved set."""
+    return SavedSet("traffic", ctx, mincut_plan.backward, mincut_plan.saved)
+
+
+def saved_sets(ctx: Context, mincut_saved: SavedSet) -> list[SavedSet]:
+    """The saved sets a chain solver plans around when the min-cut plan is over the
+    budget: the traffic-optimal one, and the lean one (fewest bytes, ``joint.mincut_problem``)
+    when it differs. A stage Rotor keeps whole holds its part of the saved set: the lean
+    one costs some recomputation in the stage's backward but lets more stages be kept."""
+    found = [mincut_saved]
+    if "lean" not in SAVED_SETS:
+        return found
+    saved, banned = mincut_strategy.lean(ctx)
+    if set(saved) != set(mincut_saved.saved):
+        _, bwd = extract(ctx, saved)
+        ctx.costs()  # one cost model for every saved set
+        found.append(SavedSet("lean", dataclasses.replace(ctx, banned=banned), bwd, saved))
+    return found
+
+
+def fastest(sets: list[SavedSet], plan_one: Callable[[SavedSet], Candidate]) -> tuple[Candidate, str]:
+    """``plan_one`` around each saved set: the plan with the least estimated time (the chain
+    solvers' makespans share one cost model; the first on ties), and what each set gave, for
+    the plan's ``why`` ("" for one set). Raises the BudgetError naming the least minimum
+    when no set has a plan within the budget."""
+    found, errors = [], []
+    for saved_set in sets:
+        try:
+            result = plan_one(saved_set)
+        except BudgetError as error:
+            errors.append(error)
+            continue
+        result.plan.notes["saved_set"] = saved_set.label
+        found.append((saved_set.label, result))
+    if not found:
+        raise min(errors, key=lambda e: e.least_bytes if e.least_bytes is not None else float("inf"))
+    label, best = min(found, key=lambda f: f[1].plan.cut_cost)
+    if len(sets) == 1:
+        return best, ""
+    estimates = ", ".join(f"{lab} {res.plan.cut_cost * 1e3:.3f} ms" for lab, res in found)
+    failed = "".join(f"; {s.label}: no plan within the budget" for s in sets if s.label not in dict(found))
+    names = [_SAVED_SET_NAMES.get(s.label, s.label) for s in sets]
+    return best, (f"; planned around {', '.join(names[:-1])} and {names[-1]} saved sets, "
+                  f"estimated {estimates}{failed}: {label}")
+
+
+def plan(ctx: Context, mincut_plan: Candidate, budget: int, over: bool, solver) -> Candidate:
+    """A staged solver asked for by name: its fastest plan within ``budget`` around the
+    traffic-optimal saved set, and, over budget, for a chain solver, around the lean one too."""
+    first = traffic(ctx, mincut_plan)
+    sets = saved_sets(ctx, first) if over and solver.chain else [first]
+    best, why = fastest(sets, lambda s: plan_around(s, budget, solver))
+    best.plan.notes["why"] = f"solver={solver.name!r} was asked for{why}"
+    return best
+
+
+def linearize(ctx: Context, backward: fx.GraphModule, saved: list[fx.Node], max_stages: int,
+              weigh_memory: bool = False):
+    """The joint graph's chain of stages (``chain.linearize``) around a saved set whose plan
+    has backward graph ``backward``, and each op's estimated seconds (``Context.costs``),
+    which cost the stages. ``weigh_memory``: stages of similar time plus memory, for the
+    chain solvers."""
+    from .. import chain
+
+    in_backward = {n.name for n in backward.graph.nodes if n.op == "call_function"}
+    backward_nodes = [n for n in ctx.joint.graph.nodes if n.name in in_backward]
+    cost = ctx.costs()
+    lin = chain.linearize(ctx.joint, ctx.classes.forward, ctx.classes.required_forward, ctx.input_names,
+                          backward_nodes, set(saved), cost, max_stages=max_stages,
+                          differentiable=differentiable_inputs(ctx.joint, ctx.classes), weigh_memory=weigh_memory)
+    return lin, cost
+
+
+@dataclasses.dataclass
+class Schedule:
+    """What a staged solver gives at one model budget: its operation sequence (Rotor's
+    operations over the linearization's stages), its cost in the cost model's seconds,
+    and the values its forward phase leaves in memory."""
+
+    sequence: list[rotor_dp.Op]
+    makespan: float
+    kept: list[fx.Node]
+
+
+@dataclasses.dataclass
+class Probe:
+    """A schedule and the candidate built from it."""
+
+    schedule: Schedule
+    candidate: Candidate
+
+    @property
+    def peak(self) -> int:
+        return self.candidate.peak
+
+
+@dataclasses.dataclass
+class StagedProblem:
+    """A staged solver's problem: the linearization ``lin`` of the joint graph around a saved
+    set, each op's cost, the budget, and the bytes alive outside the chain (``outside``);
+    ``make`` builds (once per sequence) the candidate of a schedule."""
+
+    ctx: Context
+    lin: Any  # chain.Linearization
+    cost: dict[fx.Node, float]
+    gradients: list[fx.Node]
+    outside: int
+    syms: list[fx.Node]
+    notes: dict[str, Any]
+    budget: int
+    solver: Any  # strategies.Solver
+    built: dict[str, Probe] = dataclasses.field(default_factory=dict)  # sequence -> probe
+
+    def make(self, schedule: Schedule | None) -> Probe | None:
+        """The probe of ``schedule`` (None for none); nearby model budgets share plans."""
+        if schedule is None:
+            return None
+        key = rotor_dp.format_sequence(schedule.sequence)
+        if key not in self.built:
+            self.built[key] = Probe(schedule, self._build(schedule))
+        return self.built[key]
+
+    def fits(self, probe: Probe | None) -> bool:
+        return probe is not None and probe.peak <= self.budget
+
+    def too_small(self, least: Probe) -> BudgetError:
+        return below_minimum(self.ctx.options, self.ctx.graph_id, self.budget, least.peak,
+                             f"the least-memory {self.solver.name} plan ({len(self.lin.stages)} stages)")
+
+    def _build(self, schedule: Schedule) -> Candidate:
+        from .. import emit
+
+        ctx, lin = self.ctx, self.lin
+        # Keep storages, not views (views are made again where read; see candidate.check_no_aliasing).
+        kept = {n if storage_of(n) in ctx.input_names else (storage_node(n) or n) for n in schedule.kept + lin.pinned}
+        # Save what the backward reads of what the sequence keeps (kept values no op
+        # reads are not saved), the step inputs it reads, and the symbolic sizes.
+        reads, alive = emit.backward_reads(ctx.joint, lin, schedule.sequence, self.gradients)
+        missing = sorted(n.name for n in reads if n.op != "placeholder" and (n not in kept or n in lin.free))
+        if missing:
+            raise KeyError(f"fxremat {self.solver.name}: the backward reads {missing}, which the forward does not keep")
+        saved = [n for n in ctx.joint.graph.nodes
+                 if n in self.syms or (n in reads and (n in kept or _compat.is_primal(n)))]
+        fwd, template = extract(ctx, saved, backward_template=True)
+        bwd, recomputed, _ = emit.emit_backward(template, ctx.joint, lin, schedule.sequence,
+                                                ctx.classes.bwd_outputs, alive)
+        found = make_candidate(ctx, self.solver.name, fwd, bwd, saved, schedule.makespan, recomputed,
+                               with_code=False, sequence=rotor_dp.format_sequence(schedule.sequence),
+                               stages=len(lin.stages))
+        found.plan.budget_bytes = self.budget
+        found.plan.notes = dict(self.notes)
+        return found
+
+
+def plan_around(saved_set: SavedSet, budget: int, solver, max_stages: int | None = None) -> Candidate:
+    """The fastest plan of a staged ``solver`` over the linearization around ``saved_set``
+    whose predicted peak fits ``budget``. Raises BudgetError."""
+    ctx = saved_set.ctx
+    classes = ctx.classes
+    lin, cost = linearize(ctx, saved_set.backward, saved_set.saved, max_stages or solver.max_stages,
+                          weigh_memory=solver.chain)
+    # Memory outside the chain, counted as alive throughout (an upper bound): the
+    # forward's outputs, the parameter gradients (Rotor's chain counts those its stages
+    # make), the tangents and the pinned values.
+    gradients = [n for n in classes.bwd_outputs if isinstance(n, fx.Node)]
+    outside = (storage_bytes([n for n in classes.fwd_outputs if isinstance(n, fx.Node)], ctx.input_names)
+               + sum(node_bytes(n) for n in gradients)
+               + sum(node_bytes(n) for n in ctx.joint.graph.nodes if _compat.is_tangent(n))
+               + storage_bytes(lin.pinned, ctx.input_names))
+    syms = [n for n in saved_set.saved if _compat.is_sym_node(n)]
+    notes: dict[str, Any] = {"stages": len(lin.stages), "pinned_bytes": storage_bytes(lin.pinned, ctx.input_names),
+                             "cost_model": ctx.options.cost_model}
+    problem = StagedProblem(ctx, lin, cost, gradients, outside, syms, notes, budget, solver)
+    return solver.strategy().search(problem)
+
+
+def search_model_budget(problem: StagedProblem, solve_at: Callable[[float], Schedule | None], least_model: float,
+                        most_model: float, slack: tuple[float, ...]) -> Candidate:
+    """The fastest plan whose predicted peak fits the budget, over the solver's model budgets
+    from ``least_model`` (times ``slack`` factors until a plan is found) to ``most_model``.
+    ``solve_at(model_budget)``: the solver's schedule, or None when it finds none."""
+    make, fits, budget, outside = problem.make, problem.fits, problem.budget, problem.outside
+    least = None
+    for factor in slack:
+        least = make(solve_at(least_model * factor))
+        if least is not None:
+            least_model *= factor
+            break
+    if least is None:
+        raise BudgetError(f"fxremat: {problem.solver.name} found no plan for graph {problem.ctx.graph_id} at any "
+                          f"budget (its least-memory model budget is {format_bytes(int(least_model))}); try solver='rotor'.")
+    if not fits(least):
+        # The model is an upper bound of the predicted timeline, and not a monotone one:
+        # a plan at a somewhat larger model budget can predict less (it keeps a value
+        # the least-memory plan recomputes next to a larger one). Probe a ladder of
+        # model budgets before calling the budget infeasible; the least predicted of
+        # all probes is the minimum feasible budget the error names.
+        probes = [least]
+        for k in range(1, LEAST_LADDER + 1):
+            model_budget = least_model * (most_model / least_model) ** (k / (LEAST_LADDER + 1))
+            found = make(solve_at(model_budget))
+            if found is not None:
+                probes.append(found)
+                if fits(found):
+                    least, least_model = found, model_budget
+                    break
+        if not fits(least):
+            raise problem.too_small(min(probes, key=lambda f: f.peak))
+    # The solvers' models are upper bounds of the predicted timeline, not the timeline
+    # itself, so search the model budget: the largest one whose plan's *predicted*
+    # peak fits. A larger model budget never gives a slower plan, so that plan is the
+    # fastest the search sees; keep the fastest fitting plan found on the way.
+    best, lo, hi = least, least_model, most_model  # lo's plan fits
+    top = make(solve_at(most_model))
+    if fits(top):
+        return top.candidate
+    # Guess where the predicted peak meets the budget from the model's overstatement at
+    # the last probe, then bisect what is left; stop at 2% apart. A guess that overshot
+    # or gave a plan already seen is followed by a bisection step: guessing again from
+    # the same plan lands a hair lower each time and never gets away from it (the
+    # 12-layer transformer at 0.25 spent every step that way and kept a 2.4x slower plan).
+    last, last_model, guessing = least, least_model, True
+    for _ in range(8):
+        if hi <= lo * 1.02:
+            break
+        overstatement = last.peak / max(last_model + outside, 1.0)
+        guess = budget / overstatement - outside
+        guessed = guessing and lo < guess < hi
+        mid = guess if guessed else ((lo + hi) / 2 if hi < 4 * lo else (lo * hi) ** 0.5)
+        seen = len(problem.built)
+        found = make(solve_at(mid))
+        if fits(found):
+            lo = mid
+            if found.schedule.makespan < best.schedule.makespan:
+                best = found
+        else:
+            hi = mid
+        # After a bisection, guess again; after a guess, only if it fitted with a new plan.
+        guessing = not guessed or (fits(found) and len(problem.built) > seen)
+        if found is not None:
+            last, last_model = found, mid
+    return best.candidate
