@@ -2,9 +2,9 @@
 
 Problem
 -------
-Given a Rotor chain (:class:`passes.rotor.Chain`: stage times ``u_f, u_b``, sizes
+Given a Rotor chain (:class:`passes.rotor_chain.Chain`: stage times ``u_f, u_b``, sizes
 ``omega_a, omega_abar, omega_delta``, overheads ``o_f, o_b``), build a
-:class:`passes.schedule.RematProblem` whose schedules are Rotor's operation sequences,
+:class:`passes.remat_problem.RematProblem` whose schedules are Rotor's operation sequences,
 with the same costs and the same memory, so that Checkmate's ILP
 (:mod:`passes.checkmate`) and Rotor's dynamic programs (:mod:`passes.rotor`) can be
 checked against each other.
@@ -16,7 +16,7 @@ Stage ``s`` (``1..L``) becomes three nodes, listed ``f1 x1 f2 x2 .. fL xL bL .. 
 * ``f{s}``: ``F^s``, the output ``a^s``. Reads ``f{s-1}``; cost ``u_f^s``, size
   ``omega_a^s``, workspace ``o_f^s``.
 * ``x{s}``: what ``F_all^s`` records beyond ``a^s`` (``abar^s - a^s``), *tied* to ``f{s}``
-  (:class:`~passes.schedule.RematProblem`, ``tied``). Reads ``f{s-1}`` and ``f{s}``;
+  (:class:`~passes.remat_problem.RematProblem`, ``tied``). Reads ``f{s-1}`` and ``f{s}``;
   cost 0, size ``omega_abar^s - omega_a^s``, workspace ``o_f^s``.
 * ``b{s}``: ``B^s``, the gradient ``delta^(s-1)``. Reads ``b{s+1}`` (``delta^s``),
   ``f{s}``, ``x{s}`` (``abar^s``) and ``f{s-1}``; cost ``u_b^s``, size
@@ -40,7 +40,7 @@ and ``a^s`` at no cost, the DAG would skip Rotor's re-runs of ``F_all^s`` after
 and nothing recomputes it), so it is not a node: it is a constant ``omega_a^0`` under the
 peak, and a Rotor budget ``M`` is the DAG budget ``M - omega_a^0`` (:func:`dag_budget`).
 The chain must start its backward from an empty gradient (``omega_delta^L = 0``, as
-:meth:`Chain.with_loss <passes.rotor.Chain.with_loss>` makes it): Rotor holds
+:meth:`Chain.with_loss <passes.rotor_chain.Chain.with_loss>` makes it): Rotor holds
 ``delta^L`` from the first operation.
 
 What holds (``tests/test_solver_crosscheck.py``): every Rotor sequence is, by
@@ -70,18 +70,40 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .rotor import B, F_ALL, Chain, Op as RotorOp
+from .rotor_chain import B, F_ALL, Chain, Op as RotorOp
 from .schedule import Op, RematProblem, from_computes
 
 
 def _names(s: int) -> tuple[str, str, str]:
+    """The nodes of stage ``s``: ``f{s}``, ``x{s}``, ``b{s}``."""
     return f"f{s}", f"x{s}", f"b{s}"
 
 
 def from_chain(chain: Chain) -> RematProblem:
-    """The RematProblem of ``chain`` (see the module docstring). Raises ValueError when
-    ``omega_delta^L`` is not 0 or a stage records less than its output
-    (``omega_abar^s < omega_a^s``)."""
+    """The RematProblem of ``chain``, node by node as the module docstring lays it out.
+
+    Parameters
+    ----------
+    chain : Chain
+        With an empty last gradient (``omega_delta^L = 0``: :meth:`Chain.with_loss
+        <passes.rotor_chain.Chain.with_loss>`) and ``omega_abar^s >= omega_a^s`` at every
+        stage. ``u_f_last`` and ``w_g`` are not mapped.
+
+    Returns
+    -------
+    RematProblem
+        Nodes ``f1 x1 .. fL xL bL .. b1``, ``x{s}`` tied to ``f{s}``, output ``b1``.
+
+    Raises
+    ------
+    ValueError
+        If ``omega_delta^L`` is not 0 or a stage records less than its output
+        (``omega_abar^s < omega_a^s``).
+
+    Complexity
+    ----------
+    ``O(L)``.
+    """
     n = chain.length
     if chain.w_delta[-1] != 0:
         raise ValueError("the chain's last gradient must be empty (omega_delta^L = 0): use chain.with_loss()")
@@ -110,13 +132,52 @@ def from_chain(chain: Chain) -> RematProblem:
 
 
 def dag_budget(chain: Chain, budget: float) -> float:
-    """The DAG budget of a Rotor budget: without ``a^0``, held throughout."""
+    """The DAG budget of a Rotor budget: without ``a^0``, held throughout.
+
+    Parameters
+    ----------
+    chain : Chain
+    budget : float
+        A Rotor budget (memory with ``a^0``).
+
+    Returns
+    -------
+    float
+        ``budget - omega_a^0``.
+
+    Raises
+    ------
+    Nothing
+
+    Complexity
+    ----------
+    ``O(1)``.
+    """
     return budget - chain.w_a0
 
 
 def to_computes(sequence: Iterable[RotorOp]) -> list[str]:
-    """The computes of a Rotor sequence: ``F_all^s`` -> ``f{s}, x{s}``; ``F_ck^s``,
-    ``F_∅^s`` -> ``f{s}``; ``B^s`` -> ``b{s}``."""
+    """The computes of a Rotor sequence.
+
+    ``F_all^s`` -> ``f{s}, x{s}``; ``F_ck^s`` and ``F_∅^s`` -> ``f{s}``; ``B^s`` -> ``b{s}``.
+
+    Parameters
+    ----------
+    sequence : iterable of passes.rotor_chain.Op
+
+    Returns
+    -------
+    list of str
+
+    Raises
+    ------
+    Nothing
+        The sequence is not checked (:func:`passes.schedule.simulate` checks the schedule).
+
+    Complexity
+    ----------
+    ``O(len(sequence))``.
+    """
     out = []
     for op in sequence:
         f, x, b = _names(op.stage)
@@ -125,5 +186,25 @@ def to_computes(sequence: Iterable[RotorOp]) -> list[str]:
 
 
 def to_schedule(problem: RematProblem, sequence: Iterable[RotorOp]) -> list[Op]:
-    """A Rotor sequence as a schedule of ``problem`` (values freed after their last use)."""
+    """A Rotor sequence as a schedule of ``problem``, each value freed after its last use.
+
+    Parameters
+    ----------
+    problem : RematProblem
+        :func:`from_chain` of the sequence's chain.
+    sequence : iterable of passes.rotor_chain.Op
+
+    Returns
+    -------
+    list of passes.schedule.Op
+
+    Raises
+    ------
+    ScheduleError
+        If a compute comes before any computation of one of its inputs.
+
+    Complexity
+    ----------
+    ``O(len(sequence))``.
+    """
     return from_computes(problem, to_computes(sequence))

@@ -27,23 +27,93 @@ import dataclasses
 
 @dataclasses.dataclass
 class Step:
+    """One operation of a training step, as the simulator sees it.
+
+    Parameters
+    ----------
+    name : str
+        A label (reported as the peak's step).
+    allocates : dict of str to int, optional
+        The storages the operation creates, with their bytes. A storage already alive is
+        not allocated again.
+    reads : list of str, optional
+        The storages it reads; each is freed after its last reader.
+    phase : str, optional
+        A label kept in :meth:`Timeline.as_records` (``"forward"``, ``"backward"``, ...).
+    in_place : bool, optional
+        The operation may write an output over a storage it reads for the last time, when
+        the two have the same size (Inductor's in-place buffer reuse): that output then
+        costs nothing.
+
+    Returns
+    -------
+    Step
+
+    Raises
+    ------
+    Nothing
+        Fields are not checked.
+
+    Complexity
+    ----------
+    ``O(1)``.
+    """
+
     name: str
     allocates: dict[str, int] = dataclasses.field(default_factory=dict)
     reads: list[str] = dataclasses.field(default_factory=list)
     phase: str = ""
-    # May write its output over a storage it reads for the last time, when the two have
-    # the same size (Inductor's in-place buffer reuse): that output then costs nothing.
     in_place: bool = False
 
 
 @dataclasses.dataclass
 class Timeline:
+    """The live bytes of a sequence of steps (the answer of :func:`simulate`).
+
+    Parameters
+    ----------
+    steps : list of Step
+        The steps simulated.
+    live_bytes : list of int
+        For each step, the bytes alive while it runs: everything alive plus its new outputs.
+    peak_bytes : int
+        The largest of ``live_bytes`` (the bytes alive at the start if there is no step).
+    peak_step : str or None
+        The name of the first step at the peak (None without steps).
+
+    Returns
+    -------
+    Timeline
+
+    Raises
+    ------
+    Nothing
+
+    Complexity
+    ----------
+    ``O(1)``.
+    """
+
     steps: list[Step]
-    live_bytes: list[int]  # while each step runs: everything alive plus its new outputs
+    live_bytes: list[int]
     peak_bytes: int
     peak_step: str | None
 
     def as_records(self) -> list[dict]:
+        """One dict a step, ``{"step", "phase", "live_bytes"}``, for JSON and tables.
+
+        Returns
+        -------
+        list of dict
+
+        Raises
+        ------
+        Nothing
+
+        Complexity
+        ----------
+        ``O(len(steps))``.
+        """
         return [
             {"step": s.name, "phase": s.phase, "live_bytes": b}
             for s, b in zip(self.steps, self.live_bytes)
@@ -52,6 +122,37 @@ class Timeline:
 
 def simulate(steps: list[Step], *, live_at_start: dict[str, int] | None = None,
              keep: set[str] = frozenset()) -> Timeline:
+    """The bytes alive during each step, each storage freed right after its last reader.
+
+    A storage allocated and never read dies after the step that allocates it; storages
+    in ``keep`` are never freed. With :attr:`Step.in_place`, an output the size of a
+    storage the step reads for the last time takes that storage's bytes instead of
+    adding its own.
+
+    Parameters
+    ----------
+    steps : list of Step
+        In execution order.
+    live_at_start : dict of str to int, optional
+        Storages alive before the first step (inputs), with their bytes; freed after
+        their last reader too.
+    keep : set of str, optional
+        Storages held to the end (outputs, gradients).
+
+    Returns
+    -------
+    Timeline
+
+    Raises
+    ------
+    Nothing
+        A read of a storage that is not alive is ignored.
+
+    Complexity
+    ----------
+    ``O(R + A)`` for ``R`` reads and ``A`` allocations (an in-place step also scans the
+    storages it frees).
+    """
     live: dict[str, int] = dict(live_at_start or {})
     last_read: dict[str, int] = {}
     for i, step in enumerate(steps):

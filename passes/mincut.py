@@ -45,28 +45,79 @@ SOURCE, SINK = "__source__", "__sink__"
 
 
 class InfeasibleCut(RuntimeError):
-    """No finite cut: some backward node needs a value that cannot be saved."""
+    """No finite cut: some backward node needs a value that cannot be saved.
+
+    Raised by :func:`solve` when every cut has infinite capacity (a backward node
+    depends, through no saveable node, on a value that is neither saveable nor
+    recomputable), and by :func:`brute_force` when no saved set is valid.
+
+    Parameters
+    ----------
+    message : str
+        What could not be cut.
+
+    Returns
+    -------
+    InfeasibleCut
+        The exception.
+
+    Raises
+    ------
+    Nothing
+        Constructing it does not raise.
+
+    Complexity
+    ----------
+    ``O(1)``.
+    """
 
 
 @dataclasses.dataclass
 class MinCutProblem:
     """The abstract min-cut problem.
 
-    nodes: every node of the joint graph, in a topological order.
-    edges: (producer, user) pairs.
-    forward: nodes computable from the forward inputs alone (V_f); the rest are backward.
-    inputs: forward inputs (always available, saving one costs only its read).
-    weight: cost of one read of each forward node (its bytes, re-weighted).
-    materialized: forward nodes written to memory whatever the plan (inputs, outputs,
-        unfusible nodes): saving them costs ``w``, others ``2w``.
-    banned: forward nodes that must never be recomputed.
-    must_recompute: forward nodes the user asked to recompute (never saved).
-    unsaveable: forward nodes that cannot be handed to the backward themselves
-        (tuples of a multi-output op: their items are saved instead).
-    byte_penalty: the price of holding a saved byte from the forward to the backward,
-        in units of traffic: every saved node costs ``byte_penalty * w`` on top of its
-        traffic. 0 (the default) is Yu & He's traffic-optimal cut; a large value gives
-        the saved set of fewest bytes, ties broken by traffic (for tight budgets).
+    Parameters
+    ----------
+    nodes : list of str
+        Every node of the joint graph, in a topological order.
+    edges : list of (str, str)
+        ``(producer, user)`` pairs.
+    forward : set of str
+        Nodes computable from the forward inputs alone (``V_f``); the rest are backward.
+    inputs : set of str
+        Forward inputs (always available, saving one costs only its read).
+    weight : dict of str to float
+        Cost of one read of each forward node (its bytes, re-weighted).
+    materialized : set of str, optional
+        Forward nodes written to memory whatever the plan (inputs, outputs, unfusible
+        nodes): saving them costs ``w``, others ``2w``.
+    banned : set of str, optional
+        Forward nodes that must never be recomputed.
+    must_recompute : set of str, optional
+        Forward nodes the user asked to recompute (never saved).
+    unsaveable : set of str, optional
+        Forward nodes that cannot be handed to the backward themselves (tuples of a
+        multi-output op: their items are saved instead).
+    byte_penalty : float, optional
+        The price of holding a saved byte from the forward to the backward, in units of
+        traffic: every saved node costs ``byte_penalty * w`` on top of its traffic. 0 (the
+        default) is Yu & He's traffic-optimal cut; a large value gives the saved set of
+        fewest bytes, ties broken by traffic (for tight budgets).
+
+    Returns
+    -------
+    MinCutProblem
+        The fields as given (nothing is copied or checked).
+
+    Raises
+    ------
+    Nothing
+        Fields are not validated here; a node missing from ``weight`` or an edge from
+        an unknown node raises ``KeyError`` in :func:`build_graph`.
+
+    Complexity
+    ----------
+    ``O(1)``.
     """
 
     nodes: list[str]
@@ -83,19 +134,100 @@ class MinCutProblem:
 
 @dataclasses.dataclass
 class MinCutSolution:
+    """The answer of :func:`solve` or :func:`brute_force`.
+
+    Parameters
+    ----------
+    saved : set of str
+        The forward nodes handed to the backward.
+    cost : float
+        Their summed :func:`capacity` (the traffic, plus the byte penalty).
+
+    Returns
+    -------
+    MinCutSolution
+        The fields as given.
+
+    Raises
+    ------
+    Nothing
+        Constructing it does not raise.
+
+    Complexity
+    ----------
+    ``O(1)``.
+    """
+
     saved: set[str]
     cost: float
 
 
 def capacity(problem: MinCutProblem, node: str) -> float:
-    """Algorithm 2: ``w`` when the forward materializes the node anyway, else ``2w``;
-    plus ``byte_penalty * w`` for holding it."""
+    """The capacity of a forward node's ``in -> out`` edge: the traffic of saving it.
+
+    ``w`` when the forward materializes the node anyway (one read in the backward), else
+    ``2w`` (one write in the forward too); plus ``byte_penalty * w`` for holding it.
+
+    Parameters
+    ----------
+    problem : MinCutProblem
+    node : str
+        A forward node of ``problem``.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    KeyError
+        If ``node`` has no weight.
+
+    Complexity
+    ----------
+    ``O(1)``.
+
+    References
+    ----------
+    Yu & He, MLSys 2023, Algorithm 2 (Get Capacity).
+    """
     w = problem.weight[node]
     return (1 if node in problem.materialized else 2) * w + problem.byte_penalty * w
 
 
 def build_graph(problem: MinCutProblem) -> nx.DiGraph:
-    """Algorithm 1's auxiliary graph. Edges without a ``capacity`` are infinite (NetworkX)."""
+    """Algorithm 1's auxiliary graph, whose finite ``SOURCE``-``SINK`` cuts are the valid saved sets.
+
+    Each forward node ``i`` becomes vertices ``i_in``, ``i_out`` joined by an edge of
+    :func:`capacity` (infinite, so never cut, for ``unsaveable`` and ``must_recompute``
+    nodes); backward nodes hang from the sink; forward inputs and banned nodes from the
+    source; ``must_recompute`` nodes (unless banned) also from the sink; every dataflow
+    edge ``(i, j)`` becomes ``i_out -> j_in``. Edges without a ``capacity`` attribute are
+    infinite (NetworkX's convention).
+
+    Parameters
+    ----------
+    problem : MinCutProblem
+
+    Returns
+    -------
+    networkx.DiGraph
+        On the vertices ``SOURCE``, ``SINK`` and ``{node}_in`` / ``{node}_out``.
+
+    Raises
+    ------
+    KeyError
+        If an edge's producer is not in ``problem.nodes``, or a forward node has no weight.
+
+    Complexity
+    ----------
+    ``O(V + E)`` for ``V`` nodes and ``E`` edges.
+
+    References
+    ----------
+    Yu & He, MLSys 2023, section 3.3, Algorithm 1 (with ``must_recompute`` and
+    ``unsaveable`` added here).
+    """
     g = nx.DiGraph()
     g.add_node(SOURCE)
     g.add_node(SINK)
@@ -120,7 +252,37 @@ def build_graph(problem: MinCutProblem) -> nx.DiGraph:
 
 
 def solve(problem: MinCutProblem) -> MinCutSolution:
-    """The saved set of the minimum cut. Deterministic for a given problem."""
+    """The saved set of the minimum cut: the valid saved set of least traffic.
+
+    Parameters
+    ----------
+    problem : MinCutProblem
+
+    Returns
+    -------
+    MinCutSolution
+        ``saved``: the forward nodes whose ``in`` vertex is on the source side and ``out``
+        vertex on the sink side; ``cost``: the cut's capacity. Deterministic for a given
+        problem.
+
+    Raises
+    ------
+    InfeasibleCut
+        If every cut has infinite capacity.
+    KeyError
+        As :func:`build_graph`.
+
+    Complexity
+    ----------
+    One max-flow with push-relabel (``networkx.algorithms.flow.preflow_push``):
+    ``O(V^2 sqrt(E))`` on the ``2V`` vertices of :func:`build_graph`.
+
+    References
+    ----------
+    Yu & He, MLSys 2023, Algorithm 1; a finite cut is a valid saved set and back
+    (Lemmas 3.2-3.4), its capacity is its traffic (Lemma 3.5), so the minimum cut is an
+    optimal plan (Theorem 3.6).
+    """
     g = build_graph(problem)
     try:
         cost, (source_side, _) = nx.minimum_cut(g, SOURCE, SINK, flow_func=preflow_push)
@@ -134,11 +296,35 @@ def solve(problem: MinCutProblem) -> MinCutSolution:
         for node in problem.forward
         if f"{node}_in" in source_side and f"{node}_out" not in source_side
     }
+    # The cut's edges are the saved nodes' in->out edges. NetworkX sums their capacities
+    # over a set, whose order (and so the value's last bits) follows the string hash
+    # seed; summed in node order the value is the same in every process.
+    cost = sum(capacity(problem, node) for node in problem.nodes if node in saved)
     return MinCutSolution(saved=saved, cost=cost)
 
 
 def brute_force(problem: MinCutProblem) -> MinCutSolution:
-    """Exhaustive search over saved sets (tests only: exponential)."""
+    """Exhaustive search over saved sets: the reference :func:`solve` is tested against.
+
+    Parameters
+    ----------
+    problem : MinCutProblem
+
+    Returns
+    -------
+    MinCutSolution
+        A valid saved set of least summed :func:`capacity` (the first found in order of
+        size, then of ``problem.nodes``).
+
+    Raises
+    ------
+    InfeasibleCut
+        If no saved set is valid.
+
+    Complexity
+    ----------
+    ``O(2^F (V + E))`` for ``F`` saveable forward nodes: tests only.
+    """
     import itertools
 
     candidates = [
@@ -159,8 +345,30 @@ def brute_force(problem: MinCutProblem) -> MinCutSolution:
 
 
 def recomputed(problem: MinCutProblem, saved: Iterable[str]) -> set[str]:
-    """Forward nodes the backward must compute from ``saved``: ancestors of backward
-    nodes reached without passing through a saved node."""
+    """The forward nodes the backward must compute from ``saved``.
+
+    They are the forward ancestors of the backward nodes (and of the ``must_recompute``
+    nodes that are not banned) reached without passing through a saved node.
+
+    Parameters
+    ----------
+    problem : MinCutProblem
+    saved : iterable of str
+        Forward nodes handed to the backward.
+
+    Returns
+    -------
+    set of str
+
+    Raises
+    ------
+    KeyError
+        If an edge names a node not in ``problem.nodes``.
+
+    Complexity
+    ----------
+    ``O(V + E)``.
+    """
     saved = set(saved)
     preds: dict[str, list[str]] = {n: [] for n in problem.nodes}
     for producer, user in problem.edges:
@@ -186,6 +394,28 @@ def recomputed(problem: MinCutProblem, saved: Iterable[str]) -> set[str]:
 
 
 def is_valid(problem: MinCutProblem, saved: set[str]) -> bool:
-    """A saved set is valid when no input, banned or unsaveable-and-banned node must be recomputed."""
+    """Whether a saved set is a valid plan.
+
+    Valid: no forward input and no banned node has to be recomputed
+    (:func:`recomputed`), and no ``must_recompute`` node is saved.
+
+    Parameters
+    ----------
+    problem : MinCutProblem
+    saved : set of str
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    KeyError
+        As :func:`recomputed`.
+
+    Complexity
+    ----------
+    ``O(V + E)``.
+    """
     again = recomputed(problem, saved)
     return not (again & (problem.inputs | problem.banned)) and not (saved & problem.must_recompute)

@@ -1,27 +1,21 @@
-"""Rematerialization problems, schedules, and the simulator that judges them.
+"""Schedules of a DAG problem, and the simulator that judges them.
 
 Problem
 -------
-A computation DAG whose nodes are listed in a topological order; each node has
-a compute cost and an output of some bytes. A *schedule* is a sequence of
-operations ``compute(v)`` and ``free(v)``; it may compute a node several times
+Given a :class:`~passes.remat_problem.RematProblem` (a DAG in topological order with
+costs, output bytes, workspaces, outputs and tied nodes), a *schedule* is a sequence
+of operations ``compute(v)`` and ``free(v)``; it may compute a node several times
 (rematerialization). It is valid when every ``compute(v)`` finds the outputs of
 all predecessors of ``v`` resident and ``v`` itself not resident, every
 ``free(v)`` finds ``v`` resident, and every node of ``outputs`` is resident when
-the schedule ends. Its cost is the sum of the costs of its computes; its peak is
+the schedule ends; a node tied to ``f`` must be computed right after ``f``, and
+while it is resident none of its inputs may be freed. Its cost is the sum of the
+costs of its computes; its peak is
 the largest, over its computes, of the bytes resident just before the compute
 plus the bytes of the output being computed (the inputs and the output of an
 operation are in memory together) plus the node's ``workspace`` (temporary
 bytes of the operation, default 0). This module is the common ground truth of
 the solvers in ``passes/`` (Checkmate, TWRemat, Rotor's plans).
-
-*Tied* nodes model an operation with two outputs of which the second may be
-kept or dropped, such as a forward stage that also records what its backward
-needs (Rotor's ``F_all`` against ``F_ck``; :mod:`passes.chain_dag`). A node
-``x`` tied to ``f`` (``tied={x: f}``, ``f`` an input of ``x``, listed right
-before it) can only be computed directly after ``f`` (no compute in between:
-the same operation), and while ``x`` is resident none of its inputs may be
-freed (``x`` references them, as saved tensors do).
 
 Method
 ------
@@ -53,21 +47,65 @@ op 1 compute('c'): inputs ['b'] are not resident
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import NamedTuple
+
+from .remat_problem import RematProblem
+
+__all__ = [
+    "COMPUTE", "FREE", "Op", "RematProblem", "ScheduleError", "Simulation", "compute", "free", "from_computes",
+    "memory_lower_bound", "no_remat", "simulate",
+]
 
 COMPUTE = "compute"
 FREE = "free"
 
 
 class ScheduleError(ValueError):
-    """The schedule is not valid for the problem."""
+    """The schedule is not valid for the problem.
+
+    Parameters
+    ----------
+    message : str
+        The first broken rule, with the operation's position.
+
+    Returns
+    -------
+    ScheduleError
+
+    Raises
+    ------
+    Nothing
+
+    Complexity
+    ----------
+    ``O(1)``.
+    """
 
 
 class Op(NamedTuple):
-    """One operation of a schedule: ``Op("compute", v)`` or ``Op("free", v)``."""
+    """One operation of a schedule: ``Op("compute", v)`` or ``Op("free", v)``.
+
+    Parameters
+    ----------
+    kind : str
+        ``"compute"`` or ``"free"``.
+    node : str
+
+    Returns
+    -------
+    Op
+        A named tuple, shown as ``compute('v')`` or ``free('v')``.
+
+    Raises
+    ------
+    Nothing
+        The kind is checked by :func:`simulate`.
+
+    Complexity
+    ----------
+    ``O(1)``.
+    """
 
     kind: str
     node: str
@@ -77,155 +115,107 @@ class Op(NamedTuple):
 
 
 def compute(node: str) -> Op:
+    """``Op("compute", node)``.
+
+    Parameters
+    ----------
+    node : str
+
+    Returns
+    -------
+    Op
+
+    Raises
+    ------
+    Nothing
+
+    Complexity
+    ----------
+    ``O(1)``.
+    """
     return Op(COMPUTE, node)
 
 
 def free(node: str) -> Op:
+    """``Op("free", node)``.
+
+    Parameters
+    ----------
+    node : str
+
+    Returns
+    -------
+    Op
+
+    Raises
+    ------
+    Nothing
+
+    Complexity
+    ----------
+    ``O(1)``.
+    """
     return Op(FREE, node)
 
 
 class Simulation(NamedTuple):
+    """What :func:`simulate` measures of a valid schedule.
+
+    Parameters
+    ----------
+    total_cost : float
+        The summed cost of the computes.
+    peak_bytes : int
+        The largest resident bytes at a compute (its output and workspace included).
+
+    Returns
+    -------
+    Simulation
+        A named tuple.
+
+    Raises
+    ------
+    Nothing
+
+    Complexity
+    ----------
+    ``O(1)``.
+    """
+
     total_cost: float
     peak_bytes: int
 
 
-@dataclasses.dataclass(frozen=True)
-class RematProblem:
-    """The abstract rematerialization problem.
-
-    nodes: every node, in a topological order (producers before users).
-    edges: (producer, user) pairs; the user reads the producer's output.
-    cost: cost of one computation of each node (time, FLOPs, any additive unit, >= 0).
-    size: bytes of each node's output (>= 0).
-    outputs: nodes that must be resident when the schedule ends. Nodes that are
-        not ancestors of an output are never computed by the solvers.
-    workspace: temporary bytes of a node's operation, counted while it is computed
-        (on top of its inputs and output); missing nodes have none.
-    tied: ``{x: f}``: ``x`` is a second output of ``f``'s operation (see the module
-        docstring). ``f`` must be an input of ``x`` and come right before it in
-        ``nodes``; every user of ``x`` must also read every input of ``x`` (so that
-        freeing values after their last use never frees an input of a resident ``x``).
-
-    Graph inputs held by the caller anyway are best given size 0 and cost 0:
-    they then cost nothing to hold or to "compute" (read).
-    """
-
-    nodes: Sequence[str]
-    edges: Sequence[tuple[str, str]]
-    cost: dict[str, float]
-    size: dict[str, int]
-    outputs: frozenset[str] | set[str] = frozenset()
-    workspace: dict[str, int] = dataclasses.field(default_factory=dict)
-    tied: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    def __post_init__(self):
-        index = {}
-        for i, v in enumerate(self.nodes):
-            if v in index:
-                raise ValueError(f"node {v!r} listed twice")
-            index[v] = i
-        for u, v in self.edges:
-            if u not in index or v not in index:
-                raise ValueError(f"edge ({u!r}, {v!r}) names an unknown node")
-            if index[u] >= index[v]:
-                raise ValueError(f"edge ({u!r}, {v!r}) goes against the node order (not topological)")
-        for v in self.nodes:
-            if self.cost.get(v, -1) < 0 or self.size.get(v, -1) < 0:
-                raise ValueError(f"node {v!r} needs a cost >= 0 and a size >= 0")
-        unknown = [o for o in self.outputs if o not in index]
-        if unknown:
-            raise ValueError(f"unknown outputs {sorted(unknown)!r}")
-        object.__setattr__(self, "_index", index)
-        for v, w in self.workspace.items():
-            if v not in index or w < 0:
-                raise ValueError(f"workspace of {v!r}: needs a known node and bytes >= 0")
-        for x, f in self.tied.items():
-            if x not in index or f not in index:
-                raise ValueError(f"tied ({x!r}, {f!r}) names an unknown node")
-            if index[x] != index[f] + 1 or index[f] not in self.preds[index[x]]:
-                raise ValueError(f"tied node {x!r} must read {f!r} and come right after it in the node order")
-            if f in self.tied or x in self.tied.values():
-                raise ValueError(f"tied ({x!r}, {f!r}): an operation has at most two outputs")
-            for u in self.users[index[x]]:
-                missing = [self.nodes[q] for q in self.preds[index[x]] if q not in self.preds[u]]
-                if missing:
-                    raise ValueError(f"{self.nodes[u]!r} reads the tied node {x!r} but not its inputs {missing!r}")
-
-    # Index views (node i is self.nodes[i]); lists keep node order for reproducibility.
-    @property
-    def index(self) -> dict[str, int]:
-        return self._index  # type: ignore[attr-defined]
-
-    @functools.cached_property
-    def preds(self) -> list[list[int]]:
-        preds: list[list[int]] = [[] for _ in self.nodes]
-        for u, v in self.edges:
-            if self.index[u] not in preds[self.index[v]]:
-                preds[self.index[v]].append(self.index[u])
-        return [sorted(p) for p in preds]
-
-    @functools.cached_property
-    def users(self) -> list[list[int]]:
-        users: list[list[int]] = [[] for _ in self.nodes]
-        for v, ps in enumerate(self.preds):
-            for p in ps:
-                users[p].append(v)
-        return users
-
-    @functools.cached_property
-    def tied_to(self) -> list[int | None]:
-        """``tied_to[x]``: the index of the node ``x`` is tied to, or None."""
-        out: list[int | None] = [None] * len(self.nodes)
-        for x, f in self.tied.items():
-            out[self.index[x]] = self.index[f]
-        return out
-
-    @functools.cached_property
-    def pinned_by(self) -> list[list[int]]:
-        """``pinned_by[q]``: the tied nodes that read ``q`` (``q`` stays while one is resident)."""
-        out: list[list[int]] = [[] for _ in self.nodes]
-        for x, f in enumerate(self.tied_to):
-            if f is not None:
-                for q in self.preds[x]:
-                    out[q].append(x)
-        return out
-
-    @functools.cached_property
-    def work(self) -> list[int]:
-        """Workspace bytes by node index."""
-        return [self.workspace.get(v, 0) for v in self.nodes]
-
-    @functools.cached_property
-    def output_ids(self) -> list[int]:
-        return [i for i, v in enumerate(self.nodes) if v in self.outputs]
-
-    @functools.cached_property
-    def needed(self) -> list[int]:
-        """Indices of the ancestors of the outputs (outputs included), in node order."""
-        mark = [False] * len(self.nodes)
-        for o in self.output_ids:
-            mark[o] = True
-        for v in range(len(self.nodes) - 1, -1, -1):
-            if mark[v]:
-                for p in self.preds[v]:
-                    mark[p] = True
-        return [v for v in range(len(self.nodes)) if mark[v]]
-
-    def restricted(self) -> RematProblem:
-        """The same problem without the nodes no output depends on."""
-        keep = [self.nodes[i] for i in self.needed]
-        kept = set(keep)
-        return RematProblem(
-            nodes=keep,
-            edges=[(u, v) for u, v in self.edges if u in kept and v in kept],
-            cost={v: self.cost[v] for v in keep}, size={v: self.size[v] for v in keep},
-            outputs=frozenset(self.outputs),
-            workspace={v: w for v, w in self.workspace.items() if v in kept},
-            tied={x: f for x, f in self.tied.items() if x in kept})
-
-
 def simulate(problem: RematProblem, schedule: Iterable[Op]) -> Simulation:
-    """Check ``schedule`` and return its total cost and peak bytes; raise ScheduleError if invalid."""
+    """Check ``schedule`` against the rules of the module docstring; return its cost and peak.
+
+    Parameters
+    ----------
+    problem : RematProblem
+    schedule : iterable of Op
+
+    Returns
+    -------
+    Simulation
+        ``(total_cost, peak_bytes)``.
+
+    Raises
+    ------
+    ScheduleError
+        At the first operation that breaks a rule (unknown node or kind, missing input,
+        recompute of a resident value, free of a value not resident or pinned by a
+        resident tied node, a tied node not computed right after its owner), or when an
+        output is not resident at the end.
+
+    Complexity
+    ----------
+    ``O(len(schedule) * d)`` for in-degree ``d``.
+
+    References
+    ----------
+    The memory model of Checkmate (Jain et al., MLSys 2020, the ``U`` variables) and of
+    TWRemat (Kumar et al., NeurIPS 2019, section 2.1).
+    """
     index, preds, size = problem.index, problem.preds, problem.size
     tied_to, pinned_by, work = problem.tied_to, problem.pinned_by, problem.work
     resident = [False] * len(problem.nodes)
@@ -269,10 +259,32 @@ def simulate(problem: RematProblem, schedule: Iterable[Op]) -> Simulation:
 
 
 def from_computes(problem: RematProblem, computes: Iterable[str]) -> list[Op]:
-    """A schedule running ``computes`` in this order, each value freed right after its last
-    use before it is computed again; outputs stay after their last computation.
+    """A schedule running ``computes`` in this order, each value freed as early as it can be.
 
-    Raises ScheduleError if a compute comes before any computation of one of its inputs.
+    Each value is freed right after its last use before it is computed again (a value
+    computed and never used is freed at once); outputs stay after their last
+    computation. For this sequence of computes, no schedule holds less at any point.
+
+    Parameters
+    ----------
+    problem : RematProblem
+    computes : iterable of str
+        Node names, each compute after a compute of every input of the node.
+
+    Returns
+    -------
+    list of Op
+
+    Raises
+    ------
+    ScheduleError
+        If a compute comes before any computation of one of its inputs.
+    KeyError
+        If a name is not a node of ``problem``.
+
+    Complexity
+    ----------
+    ``O(len(computes) * d)`` for in-degree ``d``.
     """
     index, preds = problem.index, problem.preds
     seq = [index[v] for v in computes]
@@ -310,14 +322,50 @@ def from_computes(problem: RematProblem, computes: Iterable[str]) -> list[Op]:
 
 
 def no_remat(problem: RematProblem) -> list[Op]:
-    """Every needed node once, in node order, each freed after its last use."""
+    """The schedule without rematerialization: every needed node once, in node order.
+
+    Parameters
+    ----------
+    problem : RematProblem
+
+    Returns
+    -------
+    list of Op
+        :func:`from_computes` of the ancestors of the outputs (outputs included).
+
+    Raises
+    ------
+    Nothing
+
+    Complexity
+    ----------
+    ``O(n + m)``.
+    """
     return from_computes(problem, [problem.nodes[i] for i in problem.needed])
 
 
 def memory_lower_bound(problem: RematProblem) -> int:
-    """A lower bound on the peak of every valid schedule: the largest working set of one
-    compute (its inputs, its output and its workspace), and the bytes of all outputs
-    (resident together at the last compute)."""
+    """A lower bound on the peak of every valid schedule.
+
+    The largest working set of one compute (its inputs, its output and its workspace),
+    and the bytes of all outputs (resident together at the last compute).
+
+    Parameters
+    ----------
+    problem : RematProblem
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    Nothing
+
+    Complexity
+    ----------
+    ``O(n + m)``.
+    """
     size = [problem.size[v] for v in problem.nodes]
     working = max((size[v] + problem.work[v] + sum(size[p] for p in problem.preds[v]) for v in problem.needed),
                   default=0)

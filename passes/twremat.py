@@ -2,7 +2,7 @@
 
 Problem
 -------
-Given a :class:`~passes.schedule.RematProblem`, find a schedule with small peak
+Given a :class:`~passes.remat_problem.RematProblem`, find a schedule with small peak
 memory, recomputing as needed; no budget is given: the early-stop parameter
 ``k`` trades memory for schedule length.
 
@@ -27,7 +27,7 @@ that ``S`` depends on are computed (the paper's graphs have a single output
 every node feeds), and frees are placed by :func:`passes.schedule.from_computes`
 (each value freed after its last use before its next computation), which holds
 at most what the paper's keep/free annotations hold. Problems with tied nodes
-(:class:`~passes.schedule.RematProblem` ``tied``) are refused: the recursion may
+(:class:`~passes.remat_problem.RematProblem` ``tied``) are refused: the recursion may
 separate a tied node from its owner. :func:`solve_for_budget` picks the cheapest
 ``k`` whose schedule fits a budget. Measured on training graphs (peak and length
 against no rematerialization, over depth and ``k``): ``bench/twremat_report.py``.
@@ -67,13 +67,44 @@ HEURISTICS = {"min_fill_in": treewidth_min_fill_in, "min_degree": treewidth_min_
 
 @dataclasses.dataclass
 class TWRematSolution:
+    """A TWRemat schedule and what it cost.
+
+    Parameters
+    ----------
+    schedule : list of Op
+    cost : float
+        Total cost of ``schedule`` (:func:`passes.schedule.simulate`).
+    peak_bytes : int
+        Peak of ``schedule`` (:func:`passes.schedule.simulate`).
+    k : int
+        The early stop: parts with fewer than ``k`` bags are not split.
+    width : int
+        Width of the tree decomposition (largest bag size - 1).
+    bags : int
+        Bags of the decomposition after merging (Lemma 1).
+    depth : int
+        Levels of the separator hierarchy.
+
+    Returns
+    -------
+    TWRematSolution
+
+    Raises
+    ------
+    Nothing
+
+    Complexity
+    ----------
+    ``O(1)``.
+    """
+
     schedule: list[Op]
-    cost: float        # total cost of ``schedule`` (simulate)
-    peak_bytes: int    # peak of ``schedule`` (simulate)
-    k: int             # early stop: parts with fewer than k bags are not split
-    width: int         # width of the tree decomposition (max bag size - 1)
-    bags: int          # bags of the decomposition after merging (Lemma 1)
-    depth: int         # levels of the separator hierarchy
+    cost: float
+    peak_bytes: int
+    k: int
+    width: int
+    bags: int
+    depth: int
 
 
 @dataclasses.dataclass
@@ -91,8 +122,41 @@ class _Part:
 
 def tree_decomposition(problem: RematProblem, heuristic: str = "min_fill_in"
                        ) -> tuple[int, dict[int, frozenset[int]], dict[int, set[int]]]:
-    """A tree decomposition of the undirected graph of ``problem`` (node indices), merged
-    by Lemma 1: ``(width, bags by id, tree adjacency by id)``."""
+    """A tree decomposition of the undirected graph of ``problem``, merged by Lemma 1.
+
+    The decomposition of NetworkX's heuristic, its trees joined into one (a graph in
+    several components gives a forest), then every tree edge whose one bag contains the
+    other contracted.
+
+    Parameters
+    ----------
+    problem : RematProblem
+    heuristic : {"min_fill_in", "min_degree"}, optional
+        NetworkX's ``treewidth_min_fill_in`` or ``treewidth_min_degree``.
+
+    Returns
+    -------
+    width : int
+        The largest bag size minus one (-1 for an empty problem).
+    bags : dict of int to frozenset of int
+        The bags (sets of node indices) by id.
+    adjacency : dict of int to set of int
+        The tree: the neighbours of each bag id.
+
+    Raises
+    ------
+    KeyError
+        If ``heuristic`` is not one of :data:`HEURISTICS`.
+
+    Complexity
+    ----------
+    ``O(n^3)`` worst case for ``n`` nodes (minimum fill-in); the merge is linear in the
+    number of bags times the bag size.
+
+    References
+    ----------
+    Kumar et al., NeurIPS 2019, section 2.2 and Lemma 1.
+    """
     g = nx.Graph()
     g.add_nodes_from(range(len(problem.nodes)))
     for v, ps in enumerate(problem.preds):
@@ -182,6 +246,7 @@ def _centroid(ids: list[int], adj: dict[int, set[int]]) -> int:
 
 
 def _split(bags: dict[int, frozenset[int]], adj: dict[int, set[int]]) -> _Part:
+    """The separator hierarchy of a part: its centroid bag ``X*``, then each component without it, recursively."""
     ids = sorted(bags)
     nodes = frozenset().union(*bags.values())
     if len(ids) == 1:
@@ -211,6 +276,7 @@ def _split(bags: dict[int, frozenset[int]], adj: dict[int, set[int]]) -> _Part:
 
 
 def _depth(part: _Part) -> int:
+    """The levels of the separator hierarchy below ``part``."""
     return 1 + max((_depth(c) for c in part.children), default=0)
 
 
@@ -231,6 +297,13 @@ def _ancestors_within(preds: list[list[int]], within: frozenset[int], targets) -
 
 
 def _twremat(part: _Part, targets: set[int], k: int, preds: list[list[int]], out: list[int]) -> None:
+    """Algorithm 1: append to ``out`` a compute sequence of ``targets`` within ``part``.
+
+    For each separator node the targets need, in node order: its inputs component by
+    component (recursively), then the node; then the targets component by component.
+    A part of fewer than ``k`` bags (or a single bag) computes what is needed once, in
+    node order.
+    """
     if not targets:
         return
     needed = _ancestors_within(preds, part.nodes, targets)
@@ -251,7 +324,38 @@ def _twremat(part: _Part, targets: set[int], k: int, preds: list[list[int]], out
 
 
 class TWRemat:
-    """A problem prepared once (decomposition and separator hierarchy); schedules for any ``k``."""
+    """A problem prepared once (decomposition and separator hierarchy); schedules for any ``k``.
+
+    Parameters
+    ----------
+    problem : RematProblem
+        Without tied nodes.
+    heuristic : {"min_fill_in", "min_degree"}, optional
+        The tree decomposition heuristic (:func:`tree_decomposition`).
+
+    Returns
+    -------
+    TWRemat
+        With ``width``, ``bags`` and ``depth`` of the hierarchy, and ``sub``, the problem
+        restricted to the nodes the outputs need.
+
+    Raises
+    ------
+    ValueError
+        If ``problem`` has tied nodes (the recursion may separate a tied node from its
+        owner: use :mod:`passes.checkmate`).
+    KeyError
+        If ``heuristic`` is unknown.
+
+    Complexity
+    ----------
+    The decomposition (:func:`tree_decomposition`), then ``O(w n log n)`` for the separator
+    hierarchy, for width ``w``.
+
+    References
+    ----------
+    Kumar et al., NeurIPS 2019: Lemma 3 (balanced separator, by Jordan's theorem).
+    """
 
     def __init__(self, problem: RematProblem, heuristic: str = "min_fill_in"):
         if problem.tied:
@@ -265,7 +369,32 @@ class TWRemat:
         self.depth = _depth(self.root) if self.root else 0
 
     def computes(self, k: int = 1) -> list[str]:
-        """The compute sequence of TWRemat(k)."""
+        """The compute sequence of TWRemat(``k``) (Algorithm 1, stopped at parts of fewer than ``k`` bags).
+
+        Parameters
+        ----------
+        k : int, optional
+            1 is Algorithm 1; more than :attr:`bags` computes each needed node once, in node order.
+
+        Returns
+        -------
+        list of str
+            Node names; a node may appear several times (recomputed).
+
+        Raises
+        ------
+        ValueError
+            If ``k < 1``.
+
+        Complexity
+        ----------
+        Linear in the length of the sequence times the part sizes; the length is
+        ``O(T_onepass * w * n^log2(w+2))`` (Theorem 5).
+
+        References
+        ----------
+        Kumar et al., NeurIPS 2019, Algorithm 1; the early stop ``k``, section 4.3.
+        """
         if k < 1:
             raise ValueError("k must be >= 1")
         out: list[int] = []
@@ -274,6 +403,27 @@ class TWRemat:
         return [self.sub.nodes[i] for i in out]
 
     def solve(self, k: int = 1) -> TWRematSolution:
+        """TWRemat(``k``) as a schedule, simulated.
+
+        Parameters
+        ----------
+        k : int, optional
+            As :meth:`computes`.
+
+        Returns
+        -------
+        TWRematSolution
+            The frees placed by :func:`passes.schedule.from_computes`.
+
+        Raises
+        ------
+        ValueError
+            If ``k < 1``.
+
+        Complexity
+        ----------
+        As :meth:`computes`, plus the simulation, linear in the schedule's length.
+        """
         schedule = from_computes(self.problem, self.computes(k))
         cost, peak = simulate(self.problem, schedule)
         return TWRematSolution(schedule=schedule, cost=cost, peak_bytes=peak, k=k, width=self.width,
@@ -281,14 +431,65 @@ class TWRemat:
 
 
 def solve(problem: RematProblem, k: int = 1, heuristic: str = "min_fill_in") -> TWRematSolution:
-    """TWRemat(k): Algorithm 1, stopping the recursion at parts with fewer than ``k`` bags."""
+    """TWRemat(``k``): Algorithm 1, stopping the recursion at parts with fewer than ``k`` bags.
+
+    Parameters
+    ----------
+    problem : RematProblem
+        Without tied nodes.
+    k : int, optional
+        The early stop (1: no early stop).
+    heuristic : {"min_fill_in", "min_degree"}, optional
+        The tree decomposition heuristic.
+
+    Returns
+    -------
+    TWRematSolution
+
+    Raises
+    ------
+    ValueError
+        If ``problem`` has tied nodes or ``k < 1``.
+
+    Complexity
+    ----------
+    :class:`TWRemat`'s preparation, then :meth:`TWRemat.solve`: peak
+    ``O((M_in + w M_max) log n)`` (Theorem 5).
+
+    References
+    ----------
+    Kumar et al., NeurIPS 2019, Algorithm 1 and Theorem 5.
+    """
     return TWRemat(problem, heuristic).solve(k)
 
 
 def solve_for_budget(problem: RematProblem, budget: float, heuristic: str = "min_fill_in"
                      ) -> TWRematSolution | None:
-    """The cheapest TWRemat(k) with peak <= budget over k = 1, 2, 4, ..., #bags + 1 (None if
-    even k = 1 does not fit)."""
+    """The cheapest TWRemat(``k``) whose peak fits ``budget``.
+
+    Parameters
+    ----------
+    problem : RematProblem
+        Without tied nodes.
+    budget : float
+        Bytes.
+    heuristic : {"min_fill_in", "min_degree"}, optional
+
+    Returns
+    -------
+    TWRematSolution or None
+        The cheapest over ``k = 1, 2, 4, ..., #bags + 1`` with peak <= ``budget``; None if
+        even ``k = 1`` does not fit.
+
+    Raises
+    ------
+    ValueError
+        If ``problem`` has tied nodes.
+
+    Complexity
+    ----------
+    One preparation and ``O(log #bags)`` schedules.
+    """
     prepared = TWRemat(problem, heuristic)
     ks = sorted({1 << e for e in range(max(prepared.bags, 1).bit_length() + 1)} | {prepared.bags + 1})
     best = None

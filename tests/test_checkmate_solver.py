@@ -5,68 +5,14 @@ never better than exhaustive search over all schedules, and its schedule is vali
 budget; two-phase LP rounding gives valid schedules no cheaper than the ILP.
 """
 
-import doctest
 import math
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from fxremat.passes import checkmate, schedule
-from fxremat.passes.schedule import RematProblem, compute, free, memory_lower_bound, no_remat, simulate
-
-
-# ----------------------------------------------------------------------------- problems
-
-
-@st.composite
-def dags(draw, max_nodes=6, max_cost=5, max_size=4, min_cost=0, min_size=0):
-    n = draw(st.integers(2, max_nodes))
-    nodes = [f"v{i}" for i in range(n)]
-    edges = []
-    for j in range(1, n):
-        source = draw(st.integers(0, 9)) == 0  # now and then a second source
-        preds = draw(st.sets(st.integers(0, j - 1), min_size=0 if source else 1, max_size=2))
-        edges += [(nodes[i], nodes[j]) for i in sorted(preds)]
-    for i in range(n - 1):  # every node feeds a later one, so the last node needs them all
-        if not any(u == nodes[i] for u, _ in edges):
-            edges.append((nodes[i], nodes[draw(st.integers(i + 1, n - 1))]))
-    cost = {v: draw(st.integers(min_cost, max_cost)) for v in nodes}
-    size = {v: draw(st.integers(min_size, max_size)) for v in nodes}
-    outputs = {nodes[-1]} | draw(st.sets(st.sampled_from(nodes), max_size=1))
-    return RematProblem(nodes=nodes, edges=edges, cost=cost, size=size, outputs=outputs)
-
-
-@st.composite
-def problems_and_budgets(draw, problems, below=1):
-    """A problem and a budget from ``below`` bytes under the working-set bound to no-remat's peak."""
-    problem = draw(problems)
-    lo, hi = budget_range(problem)
-    return problem, draw(st.sampled_from(range(lo - below, hi + 1)))
-
-
-def training_chain(costs, sizes):
-    """Forward f0 -> f1 -> ... -> fL, backward gL -> ... -> g1 with g_i reading f_{i-1}
-    (gL reads fL); g1 is the output. ``costs``/``sizes`` list the f's then the g's."""
-    layers = len(costs) // 2
-    nodes = [f"f{i}" for i in range(layers + 1)] + [f"g{i}" for i in range(layers, 0, -1)]
-    edges = [(f"f{i - 1}", f"f{i}") for i in range(1, layers + 1)]
-    for i in range(layers, 0, -1):
-        edges += [(f"g{i + 1}" if i < layers else f"f{layers}", f"g{i}"), (f"f{i - 1}", f"g{i}")]
-    return RematProblem(nodes=nodes, edges=edges, cost=dict(zip(nodes, costs)), size=dict(zip(nodes, sizes)),
-                        outputs={"g1"})
-
-
-@st.composite
-def training_chains(draw):
-    layers = draw(st.integers(1, 4))
-    n = 2 * layers + 1
-    costs = draw(st.lists(st.integers(1, 5), min_size=n, max_size=n))
-    sizes = draw(st.lists(st.integers(1, 8), min_size=n, max_size=n))
-    return training_chain(costs, sizes)
-
-
-def budget_range(problem):
-    return memory_lower_bound(problem), simulate(problem, no_remat(problem)).peak_bytes
+from fxremat.passes.schedule import RematProblem, compute, free, memory_lower_bound, simulate
+from strategies import budget_range, dags, problems_and_budgets, training_chain, training_chains
 
 
 # ----------------------------------------------------------------------------- schedule.simulate
@@ -189,11 +135,6 @@ def test_from_computes_frees_as_early_as_possible(problem, rnd):
             assert needed, (value, ops)
 
 
-def test_docstring_examples():
-    for module in (schedule, checkmate):
-        assert doctest.testmod(module, optionflags=doctest.ELLIPSIS).failed == 0
-
-
 # ----------------------------------------------------------------------------- the ILP
 
 
@@ -274,7 +215,7 @@ def test_staged_ilp_misses_recomputing_an_output_last():
 
 
 def test_budget_below_working_set_is_reported_with_the_minimum():
-    p = training_chain([1] * 7, [1, 2, 3, 4, 1, 1, 1])
+    p = training_chain(3, sizes=[1, 2, 3, 4, 1, 1, 1], costs=[1] * 7)
     lo, hi = budget_range(p)
     with pytest.raises(checkmate.InfeasibleBudget) as err:
         checkmate.solve(p, lo - 1)
@@ -285,7 +226,7 @@ def test_budget_below_working_set_is_reported_with_the_minimum():
 
 
 def test_time_limit_returns_incumbent_with_bound():
-    p = training_chain([1 + (7 * i) % 5 for i in range(61)], [1 + (3 * i) % 7 for i in range(61)])
+    p = training_chain(30, sizes=[1 + (3 * i) % 7 for i in range(61)], costs=[1 + (7 * i) % 5 for i in range(61)])
     lo, hi = budget_range(p)
     try:
         sol = checkmate.solve(p, lo + (hi - lo) // 4, time_limit=0.5)
@@ -306,7 +247,7 @@ def test_time_limit_returns_incumbent_with_bound():
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(problems_and_budgets(dags(max_nodes=10, min_cost=1, min_size=1), below=0))
+@given(problems_and_budgets(dags(max_nodes=10, costs=(1, 5), sizes=(1, 4)), below=0))
 def test_lp_rounding_is_valid_and_no_better_than_the_ilp(case):
     problem, budget = case
     try:
@@ -335,7 +276,7 @@ def test_lp_rounding_ratio_on_training_chains(capsys):
     ratios = []
     for layers in (4, 6, 8, 10):
         n = 2 * layers + 1
-        p = training_chain([1 + (5 * i) % 4 for i in range(n)], [2 + (3 * i) % 5 for i in range(n)])
+        p = training_chain(layers, sizes=[2 + (3 * i) % 5 for i in range(n)], costs=[1 + (5 * i) % 4 for i in range(n)])
         lo, hi = budget_range(p)
         for frac in (0.3, 0.6):
             budget = lo + round(frac * (hi - lo))

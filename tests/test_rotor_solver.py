@@ -1,7 +1,6 @@
 """passes.rotor on abstract chains: the paper's examples, and both DPs equal exhaustive search."""
 
 import dataclasses
-import doctest
 import itertools
 import re
 
@@ -10,6 +9,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 from fxremat.passes import rotor
 from fxremat.passes.rotor import Chain, InfeasibleBudget, InvalidSequence
+from strategies import chains
 
 # The rotor paper's Table 2 (MB, ms) and, per ERRATA, its corrected optimal sequence at 90 MB.
 TOY = dict(
@@ -38,10 +38,6 @@ def fig4_chain(n):
     u_f = [n - 2, 2] + [0] * (length - 2)
     w_a = [1] + [3] * (length - 2) + [4]
     return Chain(u_f=u_f, u_b=[0] * length, w_a=w_a, w_abar=w_a, w_a0=0).with_loss()
-
-
-def test_module_doctest():
-    assert doctest.testmod(rotor).failed == 0
 
 
 # ---------------------------------------------------------------------------- toy example
@@ -103,25 +99,6 @@ def test_small_chain_where_only_weak_persistence_is_optimal():
 
 
 # ------------------------------------------------------------ random chains vs brute force
-
-@st.composite
-def chains(draw, max_stages=4):
-    n = draw(st.integers(1, max_stages))
-    ints = lambda hi: st.lists(st.integers(0, hi), min_size=n, max_size=n)  # noqa: E731
-    w_a = draw(ints(4))
-    # Mostly abar >= a (abar contains a), sometimes not: the DPs do not rely on it.
-    w_abar = [a + e if keep else e for a, e, keep in zip(w_a, draw(ints(3)), draw(st.lists(
-        st.booleans(), min_size=n, max_size=n)))]
-    u_f = draw(ints(4))
-    # u_f_last <= u_f: F_all^s with delta^s current skips the ops only a^s needs.
-    u_f_last = draw(st.none() | st.lists(st.integers(0, 4), min_size=n, max_size=n).map(
-        lambda cut: [max(f - c, 0) for f, c in zip(u_f, cut)]))
-    chain = Chain(u_f=u_f, u_b=draw(ints(3)), w_a=w_a, w_abar=w_abar,
-                  w_a0=draw(st.integers(0, 4)),
-                  w_delta=draw(st.none() | ints(4)), w_delta0=draw(st.none() | st.integers(0, 4)),
-                  o_f=draw(ints(6)), o_b=draw(ints(6)), w_g=draw(st.none() | ints(3)), u_f_last=u_f_last)
-    return chain.with_loss() if draw(st.booleans()) else chain
-
 
 def solve_or_none(*args, **kwargs):
     try:

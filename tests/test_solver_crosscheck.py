@@ -19,35 +19,14 @@ search is never dearer than either, and the ILP's schedule is valid under that b
 """
 
 import dataclasses
-import doctest
 
 import pytest
 from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from fxremat.passes import chain_dag, checkmate, rotor, twremat
 from fxremat.passes.rotor import Chain
-from fxremat.passes.schedule import RematProblem, simulate
-
-
-@st.composite
-def chains(draw, max_stages=3):
-    n = draw(st.integers(1, max_stages))
-    ints = lambda hi: st.lists(st.integers(0, hi), min_size=n, max_size=n)  # noqa: E731
-    w_a = draw(ints(4))
-    w_abar = [a + e for a, e in zip(w_a, draw(ints(3)))]  # abar holds a, sometimes more
-    return Chain(u_f=draw(ints(4)), u_b=draw(ints(3)), w_a=w_a, w_abar=w_abar, w_a0=draw(st.integers(0, 4)),
-                 w_delta=draw(ints(4)), w_delta0=draw(st.integers(0, 4)), o_f=draw(ints(6)),
-                 o_b=draw(ints(6))).with_loss()
-
-
-@st.composite
-def chains_and_budgets(draw, max_stages=3):
-    chain = draw(chains(max_stages))
-    top = int(rotor.simulate(chain, rotor.store_all(chain))[1])
-    least = int(rotor.min_budget(chain, persistent=False))
-    if draw(st.integers(0, 7)) == 0:
-        return chain, max(least - 1, 1)  # infeasible (or least = 1)
-    return chain, draw(st.sampled_from(range(max(least, 1), max(top, 1) + 1)))
+from fxremat.passes.schedule import simulate
+from strategies import chains_and_budgets, dags
 
 
 def rotor_or_none(chain, budget, persistent):
@@ -62,10 +41,6 @@ def ilp_or_none(problem, budget):
         return checkmate.solve(problem, budget, report_min_budget=False)
     except checkmate.InfeasibleBudget:
         return None
-
-
-def test_module_doctest():
-    assert doctest.testmod(chain_dag).failed == 0
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -168,20 +143,9 @@ def test_from_chain_rejects_what_it_cannot_map():
         chain_dag.from_chain(Chain(u_f=[1], u_b=[1], w_a=[2], w_abar=[1], w_a0=1).with_loss())
 
 
-@st.composite
-def small_dags(draw, max_nodes=7):
-    n = draw(st.integers(2, max_nodes))
-    nodes = [f"v{i}" for i in range(n)]
-    edges = []
-    for j in range(1, n):
-        preds = draw(st.sets(st.integers(max(0, j - 3), j - 1), min_size=1, max_size=2))
-        edges += [(nodes[i], nodes[j]) for i in sorted(preds)]
-    return RematProblem(nodes=nodes, edges=edges, cost={v: draw(st.integers(1, 5)) for v in nodes},
-                        size={v: draw(st.integers(1, 6)) for v in nodes}, outputs={nodes[-1]})
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(small_dags(), st.integers(1, 4))
+@given(dags(2, 7, window=3, sources=False, all_feed=False, costs=(1, 5), sizes=(1, 6), extra_outputs=0),
+       st.integers(1, 4))
 def test_twremat_and_checkmate_at_twremat_peak(problem, k):
     tw = twremat.solve(problem, k)
     best, _ = checkmate.brute_force(problem, tw.peak_bytes)
