@@ -11,7 +11,7 @@ import torch
 import torch.fx as fx
 
 from . import _compat, oplib
-from .aliasing import readers
+from .aliasing import is_alias, readers
 from .passes import mincut
 from .sizes import is_multi_output, is_tensor_node, node_bytes, storage_of
 
@@ -158,9 +158,10 @@ def mincut_problem(joint: fx.GraphModule, classes: NodeClasses, lean: bool = Fal
             banned[node.name] = reason
         if node.op == "get_attr" or is_multi_output(node):
             unsaveable.add(node.name)  # constants are in both graphs; tuples are saved item by item
-        elif oplib.is_view(node) and storage_of(node) not in input_names:
-            # Save the base, not the view: two saved tensors sharing a storage would let
-            # Inductor's backward reuse (donate) one buffer while the other still reads it.
+        elif is_alias(node) and storage_of(node) not in input_names:
+            # Save the base, not the view (nor an item of a view op's tuple: q, k, v of a
+            # ``split``): two saved tensors sharing a storage would let Inductor's backward
+            # reuse (donate) one buffer while the other still reads it.
             unsaveable.add(node.name)
         elif not is_tensor_node(node) and not _compat.is_sym_node(node):
             unsaveable.add(node.name)

@@ -1,6 +1,7 @@
 """How chain.linearize merges cut points into stages, and that plans are reproducible
 across processes (Python's hash seed must not change a plan)."""
 
+import dataclasses
 import json
 import os
 import re
@@ -11,7 +12,8 @@ import pytest
 import torch
 
 import fxremat
-from fxremat import models, partition
+from fxremat import models
+from fxremat.strategies import SOLVERS
 
 DEPTH = 16
 DEEP_CNN = dict(batch=8, size=32, depth=DEPTH)
@@ -19,8 +21,8 @@ DEEP_CNN = dict(batch=8, size=32, depth=DEPTH)
 
 def _least_rotor_plan(monkeypatch, weigh_memory: bool) -> tuple[int, int]:
     """(stages, bytes) of the deep CNN's least-memory Rotor plan, from the budget error."""
-    if not weigh_memory:
-        monkeypatch.setattr(partition, "CHAIN_SOLVERS", ())
+    if not weigh_memory:  # Rotor as if it were no chain solver: stages merged by time alone
+        monkeypatch.setitem(SOLVERS, "rotor", dataclasses.replace(SOLVERS["rotor"], chain=False))
     torch.manual_seed(0)
     model, batch = models.make_deep_cnn(**DEEP_CNN)
     torch._dynamo.reset()
@@ -48,8 +50,8 @@ def test_rotor_stages_split_conv_blocks_and_lower_the_least_memory(monkeypatch):
 def test_dag_solvers_merge_by_time():
     # Checkmate's ILP grows with every stage (past its time limit the clock picks the
     # plan) and TWRemat's U-Net plan gets worse: they keep the coarser time merge.
-    assert "checkmate" not in partition.CHAIN_SOLVERS and "twremat" not in partition.CHAIN_SOLVERS
-    assert {"rotor", "rotor_exact"} <= set(partition.CHAIN_SOLVERS)
+    assert not SOLVERS["checkmate"].chain and not SOLVERS["twremat"].chain
+    assert SOLVERS["rotor"].chain and SOLVERS["rotor_exact"].chain
 
 
 _PLAN_SCRIPT = """
