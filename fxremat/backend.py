@@ -24,7 +24,7 @@ from .plan import BudgetWarning
 def _source_hash() -> str:
     """Hash of fxremat's own code: a new version must not reuse old cached plans."""
     root = pathlib.Path(__file__).resolve().parent
-    files = sorted(root.glob("*.py")) + sorted((root / "passes").glob("*.py"))
+    files = sorted(root.rglob("*.py"))  # fxremat/, its strategies/ and, installed, passes/
     if not (root / "passes").is_dir():  # source checkout: passes/ lives beside fxremat/
         files += sorted((root.parent / "passes").glob("*.py"))
     digest = hashlib.sha256()
