@@ -43,6 +43,9 @@ def partition(
     static_lifetime_input_indices: list[int] | None = None,
     **_: Any,
 ) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+    """Inductor's partition step (``custom_partitioner_fn``): the forward and backward graphs
+    of the joint graph ``joint`` under ``options``, and the ``Plan`` that made them. Raises
+    ``BudgetError`` when no solver's plan fits ``options.memory_budget``."""
     started = time.perf_counter()
     ctx = context(joint, num_fwd_outputs, options, static_lifetime_input_indices)
     mincut_plan = mincut_strategy.traffic_optimal(ctx)
