@@ -24,10 +24,13 @@ def plan(ctx: Context, mincut_plan: Candidate, budget: int, over: bool, solver) 
         # Rotor also plans around the knapsack's saved set (its plan, or the probe that
         # predicted least): a stage kept whole then holds no attention scores.
         base = knapsack_found or min(probes, key=lambda p: p.peak)
-        if base.plan.notes["given_up"]:
-            kept = {d["name"] for d in base.plan.saved}
+        kept = {d["name"] for d in base.plan.saved}
+        saved = [n for n in ctx.joint.graph.nodes if n.name in kept]
+        # A saved set already planned around (the lean one, often, on CNNs) would give the
+        # same plans again, and lose the tie to the first.
+        if base.plan.notes["given_up"] and all(set(saved) != set(s.saved) for s in sets):
             sets.append(staged.SavedSet("knapsack", dataclasses.replace(ctx, banned=base.plan.banned), base.backward,
-                                        [n for n in ctx.joint.graph.nodes if n.name in kept]))
+                                        saved))
     try:
         rotor = SOLVERS["rotor"]
         found, sets_why = staged.fastest(sets, lambda s: staged.plan_around(s, budget, rotor))
