@@ -60,9 +60,7 @@ class Context:
         from . import costmodel
 
         if self._costs is None:
-            device = graph_device(self.joint)
-            timer = costmodel.OpTimer(device) if self.options.cost_model == "measured" else None
-            self._costs = costmodel.node_costs(self.joint, device, timer)
+            self._costs = costmodel.node_costs(self.joint, *self._device_and_timer())
         return self._costs
 
     def estimate(self, candidate: Candidate) -> float:
@@ -70,9 +68,15 @@ class Context:
         the model that costs Rotor's stages): one yardstick for plans of different solvers."""
         from . import costmodel
 
-        device = graph_device(self.joint)
-        timer = costmodel.OpTimer(device) if self.options.cost_model == "measured" else None
+        device, timer = self._device_and_timer()
         return costmodel.estimate_step(candidate.forward, candidate.backward, device, timer=timer).total_s
+
+    def _device_and_timer(self):
+        """The graph's device, and the timer of ``cost_model="measured"`` (None: the roofline)."""
+        from . import costmodel
+
+        device = graph_device(self.joint)
+        return device, costmodel.OpTimer(device) if self.options.cost_model == "measured" else None
 
 
 def extract(ctx: Context, saved: list[fx.Node], backward_template: bool = False

@@ -17,6 +17,7 @@ Read top to bottom, ``partition`` is the pipeline:
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import torch.fx as fx
@@ -102,8 +103,6 @@ def _unreachable(ctx: Context, mincut_plan: Candidate, error: BudgetError) -> Ca
     A fraction budget cannot apply to such a graph, which keeps its plan with a warning
     (the model's other graphs get the fraction); a byte budget below it is an error that
     names the min-cut plan's peak as the minimum."""
-    import warnings
-
     options, plan = ctx.options, mincut_plan.plan
     least = plan.predicted_peak_bytes
     if options.memory_budget.fraction is None:
