@@ -103,6 +103,8 @@ from torch.fx.experimental.proxy_tensor import is_sym_node  # noqa: E402,F401
 from torch.utils.checkpoint import CheckpointPolicy  # noqa: E402
 
 must_be_in_backward = _partitioners._must_be_in_backward
+# Older torch's extractor has no forward placement rule (nothing must be in the forward).
+must_be_in_forward = getattr(_partitioners, "_must_be_in_forward", lambda node: False)
 
 
 def fwd_bwd_outputs(joint: fx.GraphModule, num_fwd_outputs: int) -> tuple[list, list]:

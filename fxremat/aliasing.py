@@ -16,6 +16,7 @@ from typing import Callable
 import torch.fx as fx
 
 from . import oplib
+from .lite import NODES
 
 
 def is_alias(node: fx.Node) -> bool:
@@ -25,13 +26,13 @@ def is_alias(node: fx.Node) -> bool:
         return False
     if oplib.is_view(node):
         return True
-    return oplib.is_getitem(node) and isinstance(node.args[0], fx.Node) and oplib.is_view(node.args[0])
+    return oplib.is_getitem(node) and isinstance(node.args[0], NODES) and oplib.is_view(node.args[0])
 
 
 def storage_node(node: fx.Node) -> fx.Node:
     """The node whose allocation holds ``node``'s data: ``node`` itself unless it is an
     alias (:func:`is_alias`), then its base's storage node."""
-    while is_alias(node) and node.args and isinstance(node.args[0], fx.Node):
+    while is_alias(node) and node.args and isinstance(node.args[0], NODES):
         node = node.args[0]
     return node
 

@@ -5,11 +5,11 @@ the traffic-optimal min-cut problem."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import torch.fx as fx
 
-from . import _compat
+from . import _compat, lite
 from .fx_passes import place_recomputations
 from .joint import NodeClasses, graph_device
 from .options import Options
@@ -27,11 +27,28 @@ class Candidate:
     backward: fx.GraphModule
     plan: Plan
     saved: list[fx.Node] = dataclasses.field(default_factory=list)  # what it was planned to save, graph order
+    # Set while the graphs are light ones (``lite``, what searches score): builds the torch.fx ones.
+    rebuild: Callable[[], Candidate] | None = None
 
     @property
     def peak(self) -> int:
         """The plan's predicted peak, in bytes."""
         return self.plan.predicted_peak_bytes
+
+    def realize(self) -> Candidate:
+        """This candidate with torch.fx graphs (built by ``rebuild`` if its graphs are light),
+        in place: what the plan says of its graphs (saved, recomputed, timeline) is then
+        read off them. Both must predict the same peak: the search chose it by the light one."""
+        if self.rebuild is None:
+            return self
+        real = self.rebuild()
+        if real.peak != self.peak:
+            raise AssertionError(f"fxremat bug: graph {real.plan.graph_id}'s {real.plan.solver} plan predicts "
+                                 f"{real.peak} bytes on FX graphs and {self.peak} on the light graphs it was chosen by")
+        self.forward, self.backward, self.rebuild = real.forward, real.backward, None
+        for field in ("saved", "saved_activation_bytes", "recomputed", "timeline"):
+            setattr(self.plan, field, getattr(real.plan, field))
+        return self
 
 
 @dataclasses.dataclass
@@ -49,6 +66,13 @@ class Context:
     banned: dict[str, str]  # why each node may not be recomputed (of the saved set planned around)
     problem: mincut.MinCutProblem  # the traffic-optimal min-cut problem
     _costs: dict[fx.Node, float] | None = None
+    _impure: Any = None  # lite's purity cache for the joint graph's nodes
+
+    def impure(self, node: fx.Node) -> bool:
+        """Is the joint-graph ``node`` impure (kept by dead code elimination)? Cached."""
+        if self._impure is None:
+            self._impure = lite.impure_cache()
+        return self._impure(node)
 
     def saved_nodes(self, names) -> list[fx.Node]:
         """The joint graph's nodes named in ``names``, in graph order: reproducible."""
@@ -69,6 +93,7 @@ class Context:
         from . import costmodel
 
         device, timer = self._device_and_timer()
+        candidate.realize()
         return costmodel.estimate_step(candidate.forward, candidate.backward, device, timer=timer).total_s
 
     def _device_and_timer(self):
@@ -79,23 +104,32 @@ class Context:
         return device, costmodel.OpTimer(device) if self.options.cost_model == "measured" else None
 
 
-def extract(ctx: Context, saved: list[fx.Node], backward_template: bool = False
+def extract(ctx: Context, saved: list[fx.Node], backward_template: bool = False, light: bool = False
             ) -> tuple[fx.GraphModule, fx.GraphModule]:
     """The forward and backward graphs that save ``saved`` (torch's extractor: AOTAutograd's
-    calling convention). ``backward_template``: a backward for ``emit`` to fill in."""
+    calling convention). ``backward_template``: a backward for ``emit`` to fill in.
+    ``light``: ``lite`` graphs, to score a candidate (torch's graphs where lite cannot)."""
     tuples = [n.name for n in saved if is_multi_output(n)]
     if tuples:  # torch's extractor would make them forward outputs, which Inductor rejects
         raise AssertionError(f"fxremat bug: saved values {tuples} are tuples (multi-output ops): save their items")
+    values = [n for n in saved if not _compat.is_sym_node(n)]
+    syms = [n for n in saved if _compat.is_sym_node(n)]
+    if light:
+        try:
+            return lite.extract(ctx.joint, values, syms, num_fwd_outputs=ctx.num_fwd_outputs,
+                                backward_template=backward_template, impure=ctx.impure)
+        except lite.Unsupported:
+            pass
     return _compat.extract_fwd_bwd_modules(
-        ctx.joint, [n for n in saved if not _compat.is_sym_node(n)], [n for n in saved if _compat.is_sym_node(n)],
-        num_fwd_outputs=ctx.num_fwd_outputs, static_lifetime_input_nodes=ctx.static_nodes,
+        ctx.joint, values, syms, num_fwd_outputs=ctx.num_fwd_outputs, static_lifetime_input_nodes=ctx.static_nodes,
         backward_template=backward_template)
 
 
-def extract_placed(ctx: Context, saved: list[fx.Node]) -> tuple[fx.GraphModule, fx.GraphModule, set[str]]:
+def extract_placed(ctx: Context, saved: list[fx.Node], light: bool = False
+                   ) -> tuple[fx.GraphModule, fx.GraphModule, set[str]]:
     """The forward and backward graphs of a saved set, each recomputation placed just
     before its first use; and the names of the forward's ops (what counts as recomputed)."""
-    fwd, bwd = extract(ctx, saved)
+    fwd, bwd = extract(ctx, saved, light=light)
     fwd_names = {n.name for n in fwd.graph.nodes if n.op == "call_function"}
     bwd = place_recomputations(bwd, fwd_names | {n.name for n in ctx.classes.forward})
     return fwd, bwd, fwd_names
@@ -119,7 +153,8 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
                    **extra: Any) -> Candidate:
     """The candidate of the graphs ``fwd`` and ``bwd``: its plan, with the timeline predicted
     for the compiler in the options. ``with_code=False``: the graphs' Python code is filled
-    in later, for the candidate chosen only (making it for every candidate is slow)."""
+    in later, for the candidate chosen only (making it for every candidate is slow); ``lite``
+    graphs have none."""
     bwd_inputs = {n.name for n in bwd.graph.find_nodes(op="placeholder")}
     saved_final = [n for n in saved if n.name in bwd_inputs and not _compat.is_sym_node(n)]  # torch drops unused
     saved_sym = [n for n in saved if n.name in bwd_inputs and _compat.is_sym_node(n)]
@@ -146,3 +181,4 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
         **extra,
     )
     return Candidate(fwd, bwd, plan, list(saved))
+

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from . import _compat, oplib
+from . import _compat, lite, oplib
 from .chain import Linearization, needed_ops
 from .passes import rotor
 
@@ -83,11 +83,12 @@ class _Emitter:
 
 
 def backward_reads(joint: fx.GraphModule, lin: Linearization, sequence: list[rotor.Op],
-                   gradients: list[fx.Node]) -> tuple[set[fx.Node], set[tuple[int, str]]]:
+                   gradients: list[fx.Node], impure=None) -> tuple[set[fx.Node], set[tuple[int, str]]]:
     """What the backward of ``sequence`` reads that it does not compute (the values the
     forward must save, the tangents) and which (operation, node) copies it keeps
     alive: what a scratch emission (``_emit`` with stand-ins for what is missing) would
-    give, found before any graph is extracted, so the forward saves exactly what is read."""
+    give, found before any graph is extracted, so the forward saves exactly what is read.
+    ``impure``: ``Context.impure``, the joint nodes' purity found once (else asked of each)."""
     # The scratch emission's outcome without building its graph: which copies the dead
     # code elimination keeps (those the outputs or an impure op need) and which missing
     # inputs they read. Building it cost a third of a plan's search (the 12-layer
@@ -115,7 +116,7 @@ def backward_reads(joint: fx.GraphModule, lin: Linearization, sequence: list[rot
         env[node] = len(copy_key)
         copy_key.append((op_index, node.name))
         copy_inputs.append(inputs)
-        if node.op == "call_function" and node.is_impure():
+        if node.op == "call_function" and (impure(node) if impure else node.is_impure()):
             roots.append(env[node])
 
     for op_index, nodes in _operations(lin, sequence):
@@ -151,14 +152,16 @@ def emit_backward(template: fx.GraphModule, joint: fx.GraphModule, lin: Lineariz
     graph, emitter = _emit(template, joint, lin, sequence, alive, gradients=outputs)
     recomputed = [{"name": n.name, "op": str(n.target)} for n in emitter.recomputed if n.op == "call_function"]
     reads = {n.name for n in graph.find_nodes(op="placeholder") if n.users}
-    return _compat.make_graph_module(template, graph), recomputed, reads
+    module = lite.GraphModule(graph) if lite.is_light(template) else _compat.make_graph_module(template, graph)
+    return module, recomputed, reads
 
 
 def _emit(template, joint, lin, sequence, only, gradients):
     """A backward graph with ``template``'s inputs and ``gradients`` (joint nodes, or None)
     as its outputs; ``template`` None: a scratch emission whose every input is a stand-in."""
     by_name = {n.name: n for n in joint.graph.nodes}
-    graph = fx.Graph()
+    light = template is not None and lite.is_light(template)
+    graph = lite.Graph(template.graph.impure) if light else fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for node in template.graph.find_nodes(op="placeholder") if template is not None else ():
         env[by_name[node.name]] = graph.node_copy(node)

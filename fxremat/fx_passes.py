@@ -36,8 +36,11 @@ def place_recomputations(bwd: fx.GraphModule, forward_names: set[str]) -> fx.Gra
             stack.append((current, True))
             pending = sorted((a for a in current.all_input_nodes if a not in emitted), key=position.__getitem__)
             stack.extend((a, False) for a in pending)
-    for before, after in zip(order, order[1:]):
-        before.append(after)
+    if hasattr(graph, "reorder"):  # a light graph (``lite``)
+        graph.reorder(order)
+    else:
+        for before, after in zip(order, order[1:]):
+            before.append(after)
     graph.lint()
     bwd.recompile()
     return bwd

@@ -18,6 +18,8 @@ import operator
 import torch
 import torch.fx as fx
 
+from .lite import NODES
+
 aten = torch.ops.aten
 prims = torch.ops.prims
 
@@ -128,7 +130,7 @@ def is_fusible(node: fx.Node) -> bool:
     if node.op != "call_function":
         return False
     if is_getitem(node):
-        return is_fusible(node.args[0]) if isinstance(node.args[0], fx.Node) else False
+        return is_fusible(node.args[0]) if isinstance(node.args[0], NODES) else False
     op = _overload(node)
     return op is not None and _fusible_op(op) and not is_random(node)
 

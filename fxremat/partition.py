@@ -62,6 +62,7 @@ def partition(
         chosen.plan.notes["why"] = ("no budget: the min-cut plan" if budget is None else
                                     f"the min-cut plan fits the budget ({format_bytes(peak)} <= "
                                     f"{format_bytes(budget)})")
+    chosen.realize()  # searches score light graphs; the plan chosen gets torch.fx ones
     fwd, bwd, plan = chosen.forward, chosen.backward, chosen.plan
     # Planning builds many candidate graphs: their Python code is made only for the one that runs.
     plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code

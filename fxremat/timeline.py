@@ -16,6 +16,7 @@ import torch.fx as fx
 
 from . import _compat, oplib
 from .aliasing import readers
+from .lite import NODES
 from .passes.memory import Step, Timeline, simulate
 from .sizes import flat_tensors, is_multi_output, node_bytes, storage_of, tensor_bytes
 
@@ -49,7 +50,7 @@ def _copied_view(view: fx.Node) -> bool:
     is no view to Inductor."""
     if view.op != "call_function" or not oplib.is_view(view) or oplib.is_getitem(view):
         return False
-    base = view.args[0] if view.args and isinstance(view.args[0], fx.Node) else None
+    base = view.args[0] if view.args and isinstance(view.args[0], NODES) else None
     if base is None or len(view.users) < 2 or not any(u.target in _FIXED_LAYOUT for u in view.users):
         return False
     if view.target in _RESHAPES:
@@ -110,7 +111,7 @@ class Inlining:
 
     def copied(self, view: fx.Node) -> bool:
         """Is this view written to a buffer of its own (``_copied_view``, base inlined)?"""
-        base = view.args[0] if view.args and isinstance(view.args[0], fx.Node) else None
+        base = view.args[0] if view.args and isinstance(view.args[0], NODES) else None
         if base is None or not _copied_view(view):
             return False
         self._get(base)
@@ -137,7 +138,7 @@ class Inlining:
 
     def _decide(self, n: fx.Node):
         if n.op == "call_function" and oplib.is_view(n):
-            base = n.args[0] if n.args and isinstance(n.args[0], fx.Node) else None
+            base = n.args[0] if n.args and isinstance(n.args[0], NODES) else None
             if base is not None:
                 if n in self._copies:
                     return False, frozenset([n.name]), frozenset(), False, _big(n)
@@ -199,11 +200,11 @@ def folded_mm(add: fx.Node) -> fx.Node | None:
         return None
     for i in (1, 0):  # the order Inductor tries its two patterns in
         mm, inp = add.args[i], add.args[1 - i]
-        if not (isinstance(mm, fx.Node) and mm.op == "call_function" and mm.target is _MM and len(mm.users) == 1):
+        if not (isinstance(mm, NODES) and mm.op == "call_function" and mm.target is _MM and len(mm.users) == 1):
             continue
-        if not isinstance(inp, fx.Node) or not isinstance(inp.meta.get("val"), torch.Tensor):
+        if not isinstance(inp, NODES) or not isinstance(inp.meta.get("val"), torch.Tensor):
             continue
-        vals = [mm.meta.get("val"), inp.meta["val"]] + [a.meta.get("val") for a in mm.args if isinstance(a, fx.Node)]
+        vals = [mm.meta.get("val"), inp.meta["val"]] + [a.meta.get("val") for a in mm.args if isinstance(a, NODES)]
         if not all(isinstance(v, torch.Tensor) for v in vals) or len({v.dtype for v in vals[1:]}) != 1:
             continue
         if not _expandable(tuple(inp.meta["val"].shape), tuple(mm.meta["val"].shape)):
@@ -313,7 +314,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                 allocates[storage[a]] = node_bytes(a)
             pending_copies = []
         weight = node.args[2 if node.target is _CONV_BACKWARD else 1] if node.target in _CONVOLUTIONS else None
-        if channels_last and isinstance(weight, fx.Node):
+        if channels_last and isinstance(weight, NODES):
             # The library (oneDNN on CPU) copies the weight to its own blocked layout, and the
             # backward computes the weight's gradient in that layout before copying it out:
             # temporaries freed when the op returns, one weight-sized buffer in the forward,
@@ -334,7 +335,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
 
 def _output_nodes(gm: fx.GraphModule) -> list[fx.Node]:
     out = next(iter(gm.graph.find_nodes(op="output")))
-    return [a for a in out.args[0] if isinstance(a, fx.Node)]
+    return [a for a in out.args[0] if isinstance(a, NODES)]
 
 
 def _channels_last_ordered(val) -> bool:
@@ -356,7 +357,7 @@ def relaid_inputs(fwd: fx.GraphModule) -> set[str]:
     convs = list(fwd.graph.find_nodes(op="call_function", target=torch.ops.aten.convolution.default))
     if not convs or not _compat.inductor_relayouts_convolutions(fwd):
         return set()
-    return {a.name for c in convs for a in c.args[:2] if isinstance(a, fx.Node) and a.op == "placeholder"
+    return {a.name for c in convs for a in c.args[:2] if isinstance(a, NODES) and a.op == "placeholder"
             and not _channels_last_ordered(a.meta.get("val"))}
 
 
@@ -381,7 +382,7 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
     bwd_steps, bwd_storage = _graph_steps(bwd, "backward", rename, fusion=fusion, channels_last=channels_last)
     bwd_outputs = {bwd_storage[n.name] for n in _output_nodes(bwd) if bwd_storage.get(n.name)}
     user_outputs = {
-        s for a in fwd_out_args[:num_user_outputs] if isinstance(a, fx.Node)
+        s for a in fwd_out_args[:num_user_outputs] if isinstance(a, NODES)
         for s in [fwd_storage.get(a.name)] if s
     }
     keep = bwd_outputs | user_outputs if hold_outputs else bwd_outputs

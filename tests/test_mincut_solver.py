@@ -65,3 +65,46 @@ def test_byte_penalty_trades_traffic_for_fewer_saved_bytes():
     assert mincut.solve(mincut.MinCutProblem(**kwargs)).saved == {"a"}
     lean = mincut.solve(mincut.MinCutProblem(**kwargs, byte_penalty=8.0))
     assert lean.saved == {"p"} and lean.cost == 2 * 3.0 + 8.0 * 3.0
+
+
+def _uncontracted_saved(problem):
+    """The saved set read off ``build_graph``'s whole network (the minimal minimum cut)."""
+    import networkx as nx
+    from networkx.algorithms.flow import preflow_push
+
+    _, (source_side, _) = nx.minimum_cut(mincut.build_graph(problem), mincut.SOURCE, mincut.SINK,
+                                         flow_func=preflow_push)
+    return {n for n in problem.forward if f"{n}_in" in source_side and f"{n}_out" not in source_side}
+
+
+@st.composite
+def chain_problems(draw):
+    """Problems with single-producer chains, user recomputation marks and uncuttable nodes:
+    what ``contract`` merges."""
+    problem = draw(problems())
+    inner = [n for n in problem.nodes if n in problem.forward and n not in problem.inputs]
+    if inner:
+        problem.must_recompute = set(draw(st.sets(st.sampled_from(inner), max_size=2)))
+        problem.unsaveable = set(draw(st.sets(st.sampled_from(inner), max_size=1)))
+    return problem
+
+
+@settings(max_examples=300, deadline=None)
+@given(chain_problems())
+def test_contraction_keeps_the_minimal_cut(problem):
+    """``contract`` merges and drops vertices without changing which nodes are saved: the
+    saved set equals the one read off the whole network, exactly (ties included)."""
+    try:
+        expected = _uncontracted_saved(problem)
+    except Exception as error:  # noqa: BLE001 - the unbounded network raises in both
+        import networkx as nx
+
+        assert isinstance(error, nx.NetworkXUnbounded)
+        try:
+            mincut.solve(problem)
+        except mincut.InfeasibleCut:
+            return
+        raise AssertionError("the contracted network has a finite cut where the whole one has none")
+    assert mincut.solve(problem).saved == expected
+    g, _ = mincut.contract(problem)
+    assert g.number_of_nodes() <= len(mincut.build_graph(problem))

@@ -231,8 +231,8 @@ def _rotor_builds(monkeypatch, make, kwargs, budget=0.5, **options):
         chains[id(lin)] = (orig_chain(lin, cost, inputs, gradients), cost)
         return chains[id(lin)][0]
 
-    def backward_reads(joint, lin, sequence, gradients):
-        answer = orig_reads(joint, lin, sequence, gradients)
+    def backward_reads(joint, lin, sequence, gradients, impure=None):
+        answer = orig_reads(joint, lin, sequence, gradients, impure)
         builds.append((joint, lin, sequence, gradients, *chains[id(lin)], answer))
         return answer
 

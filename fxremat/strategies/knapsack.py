@@ -49,7 +49,7 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
     items = knapsack.rank([knapsack.Item(n.name, cost.get(n, 0.0), node_bytes(n)) for n in ctx.joint.graph.nodes
                            if banned.get(n.name) in TRADEABLE_BANS and node_bytes(n) > 0])
     cuts: dict[int, tuple[list[fx.Node], int] | None] = {}  # in the order asked
-    built: dict[int, Candidate] = {}
+    built: dict[int, Candidate] = {}  # scored on light graphs (``lite``)
 
     def cut(k: int) -> tuple[list[fx.Node], int] | None:
         """The saved set with the first ``k`` items given up, and the bytes it hands over
@@ -69,18 +69,22 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
             cuts[k] = saved, handed_over_bytes(saved, ctx.input_names)
         return cuts[k]
 
+    def make(k: int, light: bool) -> Candidate:
+        saved = cut(k)[0]
+        fwd, bwd, fwd_names = extract_placed(ctx, saved, light=light)
+        if not light:
+            mark_recomputation_windows(bwd, fwd_names)
+        lifted = {item.name for item in items[:k]}
+        found = make_candidate(ctx, "knapsack", fwd, bwd, saved, 0.0, with_code=False)
+        found.plan = dataclasses.replace(found.plan,
+                                         banned={name: why for name, why in banned.items() if name not in lifted})
+        found.plan.budget_bytes = budget
+        found.plan.notes = {"given_up": [item.name for item in items[:k]], "candidates": len(items)}
+        return found
+
     def build(k: int) -> Candidate:
         if k not in built:
-            saved = cut(k)[0]
-            fwd, bwd, fwd_names = extract_placed(ctx, saved)
-            mark_recomputation_windows(bwd, fwd_names)
-            lifted = {item.name for item in items[:k]}
-            found = make_candidate(ctx, "knapsack", fwd, bwd, saved, 0.0, with_code=False)
-            found.plan = dataclasses.replace(found.plan,
-                                             banned={name: why for name, why in banned.items() if name not in lifted})
-            found.plan.budget_bytes = budget
-            found.plan.notes = {"given_up": [item.name for item in items[:k]], "candidates": len(items)}
-            built[k] = found
+            built[k] = make(k, light=True)
         return built[k]
 
     def fits(k: int) -> bool:
@@ -93,6 +97,7 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
     k = knapsack.least_prefix(len(items), fits)
     if k is not None:
         found = build(k)
+        found.rebuild = lambda: make(k, light=False)
         found.plan.cut_cost = ctx.estimate(found)  # estimated only once found: most probes do not fit
         return found, [built[j] for j in cuts if j in built]
     # None fits: the probe that predicts least is still wanted (the error names it, Rotor plans

@@ -51,7 +51,7 @@ def saved_sets(ctx: Context, mincut_saved: SavedSet) -> list[SavedSet]:
         return found
     saved, banned = mincut_strategy.lean(ctx)
     if set(saved) != set(mincut_saved.saved):
-        _, bwd = extract(ctx, saved)
+        _, bwd = extract(ctx, saved, light=True)  # read for its ops' names only
         ctx.costs()  # one cost model for every saved set
         found.append(SavedSet("lean", dataclasses.replace(ctx, banned=banned), bwd, saved))
     return found
@@ -123,7 +123,7 @@ class Schedule:
 
 @dataclasses.dataclass
 class Probe:
-    """A schedule and the candidate built from it."""
+    """A schedule and its candidate, on light graphs (``lite``) until ``Candidate.realize``."""
 
     schedule: Schedule
     candidate: Candidate
@@ -156,7 +156,9 @@ class StagedProblem:
             return None
         key = rotor_dp.format_sequence(schedule.sequence)
         if key not in self.built:
-            self.built[key] = Probe(schedule, self._build(schedule))
+            scored = self._build(schedule, light=True)
+            scored.rebuild = lambda: self._build(schedule)
+            self.built[key] = Probe(schedule, scored)
         return self.built[key]
 
     def fits(self, probe: Probe | None) -> bool:
@@ -166,7 +168,7 @@ class StagedProblem:
         return below_minimum(self.ctx.options, self.ctx.graph_id, self.budget, least.peak,
                              f"the least-memory {self.solver.name} plan ({len(self.lin.stages)} stages)")
 
-    def _build(self, schedule: Schedule) -> Candidate:
+    def _build(self, schedule: Schedule, light: bool = False) -> Candidate:
         from .. import emit
 
         ctx, lin = self.ctx, self.lin
@@ -174,13 +176,13 @@ class StagedProblem:
         kept = {n if storage_of(n) in ctx.input_names else (storage_node(n) or n) for n in schedule.kept + lin.pinned}
         # Save what the backward reads of what the sequence keeps (kept values no op
         # reads are not saved), the step inputs it reads, and the symbolic sizes.
-        reads, alive = emit.backward_reads(ctx.joint, lin, schedule.sequence, self.gradients)
+        reads, alive = emit.backward_reads(ctx.joint, lin, schedule.sequence, self.gradients, ctx.impure)
         missing = sorted(n.name for n in reads if n.op != "placeholder" and (n not in kept or n in lin.free))
         if missing:
             raise KeyError(f"fxremat {self.solver.name}: the backward reads {missing}, which the forward does not keep")
         saved = [n for n in ctx.joint.graph.nodes
                  if n in self.syms or (n in reads and (n in kept or _compat.is_primal(n)))]
-        fwd, template = extract(ctx, saved, backward_template=True)
+        fwd, template = extract(ctx, saved, backward_template=True, light=light)
         bwd, recomputed, _ = emit.emit_backward(template, ctx.joint, lin, schedule.sequence,
                                                 ctx.classes.bwd_outputs, alive)
         found = make_candidate(ctx, self.solver.name, fwd, bwd, saved, schedule.makespan, recomputed,

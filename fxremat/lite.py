@@ -1,0 +1,259 @@
+"""Light graphs for scoring candidates: what the timeline, the emitter and the placement
+pass read of an FX graph (nodes in order, their op, target, arguments, users and meta),
+without FX's bookkeeping (name spaces, argument trees, code generation).
+
+Planning probes many saved sets and schedules; each probe needs only its predicted peak.
+Building its forward and backward as ``torch.fx`` graphs (torch's extractor, node copies)
+was most of the planning time on large graphs (issue #21: 16-layer transformer, 52
+extractions, 163k node copies). Probes are built here instead, with the same algorithm
+(``extract`` follows torch's ``_extract_fwd_bwd_modules``), and the FX graphs of the
+plan chosen only; ``strategies`` check that the chosen plan's FX graphs predict the
+same peak as its light ones (``Candidate.realize``).
+
+A light node's ``source`` is the joint-graph node it copies: purity (``is_impure``) is the
+source's, since copies differ only in which nodes they read.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from . import _compat
+
+
+class Node:  # NODES below: what the planner's isinstance checks accept
+    """A node of a light ``Graph``: the ``torch.fx.Node`` attributes the planner reads."""
+
+    __slots__ = ("name", "op", "target", "args", "kwargs", "meta", "users", "all_input_nodes", "source", "graph")
+
+    def __init__(self, graph: Graph, name: str, op: str, target: Any, args: tuple, kwargs: dict,
+                 meta: dict, source: fx.Node | None, inputs: list[Node] | None = None) -> None:
+        self.graph, self.name, self.op, self.target = graph, name, op, target
+        self.args, self.kwargs, self.meta, self.source = args, kwargs, meta, source
+        self.users: dict[Node, None] = {}
+        if inputs is None:
+            found: dict[Node, None] = {}
+            _collect(args, found)
+            _collect(kwargs, found)
+            inputs = list(found)
+        self.all_input_nodes = inputs
+        for a in inputs:
+            a.users[self] = None
+
+    def is_impure(self, impure_random: bool = True) -> bool:
+        if self.op in ("placeholder", "output"):
+            return True
+        if self.source is None:
+            return False
+        return self.graph.impure(self.source)
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+NODES = (fx.Node, Node)  # a node of a torch.fx graph or of a light one
+
+
+def _collect(a: Any, found: dict) -> None:
+    if isinstance(a, Node):
+        found[a] = None
+    elif isinstance(a, (tuple, list)):
+        for x in a:
+            _collect(x, found)
+    elif isinstance(a, dict):
+        for x in a.values():
+            _collect(x, found)
+    elif isinstance(a, slice):
+        _collect((a.start, a.stop, a.step), found)
+
+
+def _map(a: Any, fn: Callable[[fx.Node], Node]) -> Any:
+    """``fx.node.map_arg`` for the argument trees aten ops take."""
+    if type(a) is tuple and not any(isinstance(x, (tuple, list, dict, slice)) for x in a):
+        return tuple(fn(x) if isinstance(x, NODES) else x for x in a)  # most ops' arguments
+    if isinstance(a, NODES):
+        return fn(a)
+    if isinstance(a, tuple):
+        return tuple(_map(x, fn) for x in a)
+    if isinstance(a, list):
+        return [_map(x, fn) for x in a]
+    if isinstance(a, dict):
+        return {k: _map(v, fn) for k, v in a.items()}
+    if isinstance(a, slice):
+        return slice(_map(a.start, fn), _map(a.stop, fn), _map(a.step, fn))
+    return a
+
+
+class Graph:
+    """A light ``torch.fx.Graph``: a list of nodes, unique names, dead code elimination."""
+
+    def __init__(self, impure: Callable[[fx.Node], bool] | None = None) -> None:
+        self.nodes: list[Node] = []
+        self._names: set[str] = set()
+        self.impure = impure or impure_cache()
+
+    def _name(self, candidate: str) -> str:
+        name, k = candidate, 0
+        while name in self._names:  # FX numbers a taken name the same way (``_Namespace``)
+            k += 1
+            name = f"{candidate}_{k}"
+        self._names.add(name)
+        return name
+
+    def _add(self, name: str, op: str, target: Any, args: tuple, kwargs: dict, meta: dict,
+             source: fx.Node | None, inputs: list[Node] | None = None) -> Node:
+        node = Node(self, self._name(name), op, target, args, kwargs, meta, source, inputs)
+        self.nodes.append(node)
+        return node
+
+    def placeholder(self, name: str) -> Node:
+        return self._add(name, "placeholder", name, (), {}, {}, None)
+
+    def node_copy(self, node: fx.Node, arg_transform: Callable[[fx.Node], Node] = lambda a: a) -> Node:
+        """A copy of the joint-graph ``node`` whose arguments are ``arg_transform`` of its
+        arguments (``torch.fx.Graph.node_copy``; the meta dictionary is copied, not shared)."""
+        # The copy reads the copies of what ``node`` reads, in the same order (FX's order:
+        # first appearance in the arguments), each distinct node to a distinct copy.
+        inputs = list(dict.fromkeys(arg_transform(a) for a in node.all_input_nodes))
+        return self._add(node.name, node.op, node.target, _map(node.args, arg_transform),
+                         _map(node.kwargs, arg_transform) if node.kwargs else {}, dict(node.meta),
+                         getattr(node, "source", None) or node, inputs)
+
+    def output(self, result: Any) -> Node:
+        return self._add("output", "output", "output", (result,), {}, {}, None)
+
+    def find_nodes(self, *, op: str, target: Any = None) -> list[Node]:
+        return [n for n in self.nodes if n.op == op and (target is None or n.target is target)]
+
+    def eliminate_dead_code(self) -> None:
+        """``torch.fx.Graph.eliminate_dead_code``: unread pure nodes removed, last first."""
+        kept: list[Node] = []
+        for node in reversed(self.nodes):
+            if not node.users and not node.is_impure():
+                for a in node.all_input_nodes:
+                    a.users.pop(node, None)
+                self._names.discard(node.name)
+                continue
+            kept.append(node)
+        kept.reverse()
+        self.nodes = kept
+
+    def reorder(self, order: list[Node]) -> None:
+        """Put the nodes in ``order`` (a permutation of them)."""
+        self.nodes = list(order)
+
+    def lint(self) -> None:
+        """Nothing to check: nodes are created only from nodes already in the graph."""
+
+
+class GraphModule:
+    """A light ``torch.fx.GraphModule``: a graph, no code."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+
+    def recompile(self) -> None:
+        """No code to make."""
+
+
+def is_light(gm: Any) -> bool:
+    return isinstance(gm, GraphModule)
+
+
+_WAIT_TENSOR = getattr(getattr(torch.ops, "_c10d_functional", None), "wait_tensor", None)
+_WAIT_TENSOR = getattr(_WAIT_TENSOR, "default", None)
+
+
+class Unsupported(Exception):
+    """A graph the light extractor does not model (torch's extractor rewrites it): build
+    it with torch's."""
+
+
+def impure_cache() -> Callable[[fx.Node], bool]:
+    """``node.is_impure()`` for joint-graph nodes, each found once."""
+    cache: dict[fx.Node, bool] = {}
+
+    def impure(node: fx.Node) -> bool:
+        if node not in cache:
+            cache[node] = node.op == "call_function" and node.is_impure()
+        return cache[node]
+
+    return impure
+
+
+def extract(joint: fx.GraphModule, saved_values: list[fx.Node], saved_sym_nodes: list[fx.Node], *,
+            num_fwd_outputs: int, backward_template: bool = False,
+            impure: Callable[[fx.Node], bool] | None = None) -> tuple[GraphModule, GraphModule]:
+    """``_compat.extract_fwd_bwd_modules`` as light graphs: torch's extractor's algorithm
+    (``_extract_fwd_bwd_modules``: the backward extracted first, saved values it does not
+    read dropped, then the forward returning the outputs and what is saved). Symbol
+    bindings for dynamic sizes are not added (they hold no bytes)."""
+    impure = impure or impure_cache()
+    graph = joint.graph
+    output = next(iter(graph.find_nodes(op="output")))
+    outputs = list(output.args[0])
+    fwd_outputs, bwd_outputs = outputs[:num_fwd_outputs], outputs[num_fwd_outputs:]
+    placeholders = list(graph.find_nodes(op="placeholder"))
+    primals = [n for n in placeholders if _compat.is_primal(n)]
+    tangents = [n for n in placeholders if _compat.is_tangent(n)]
+    fwd_seeds = [n for n in placeholders if _compat.is_fwd_seed_offset(n)]
+    bwd_seeds = [n for n in placeholders if _compat.is_bwd_seed_offset(n)]
+    saved_values, saved_sym_nodes = list(saved_values), list(saved_sym_nodes)
+    if backward_template:
+        bwd = Graph(impure)
+        for node in saved_sym_nodes + saved_values + tangents + bwd_seeds:
+            bwd.placeholder(node.name).meta = node.meta
+        bwd.output(())
+    else:
+        bwd = _extract_graph(graph, saved_sym_nodes + saved_values + tangents + bwd_seeds, bwd_outputs,
+                             "backward", impure)
+        # As torch's: a saved value the backward only waits on (a collective's dead result) is not read.
+        read = {n.name for n in bwd.find_nodes(op="placeholder")
+                if n.users and not all(u.target is _WAIT_TENSOR and not u.users for u in n.users)}
+        saved_values = [n for n in saved_values if n.name in read]
+        saved_sym_nodes = [n for n in saved_sym_nodes if n.name in read]
+        bwd = _extract_graph(graph, saved_sym_nodes + saved_values + tangents + bwd_seeds, bwd_outputs,
+                             "backward", impure)
+    fwd = _extract_graph(graph, primals + fwd_seeds, fwd_outputs + saved_values + saved_sym_nodes, "forward", impure)
+    return GraphModule(fwd), GraphModule(bwd)
+
+
+def _extract_graph(joint: fx.Graph, inputs: list[fx.Node], outputs: list, subgraph: str,
+                   impure: Callable[[fx.Node], bool]) -> Graph:
+    """Torch's ``_extract_graph_with_inputs_outputs``: every joint node computable from
+    ``inputs`` (and allowed in ``subgraph``) copied in order, then the dead code removed."""
+    new = Graph(impure)
+    env: dict[fx.Node, Node | None] = {}
+    for node in inputs:
+        placeholder = new.placeholder(node.name)
+        placeholder.meta = node.meta
+        env[node] = placeholder
+    in_backward, in_forward = _compat.must_be_in_backward, _compat.must_be_in_forward
+    for node in joint.nodes:
+        if node in env:
+            continue
+        if (subgraph != "backward" and in_backward(node)) or (subgraph != "forward" and in_forward(node)):
+            env[node] = None
+        elif node.op == "placeholder":
+            env[node] = None
+        elif node.op == "call_function":
+            if any(env[a] is None for a in node.all_input_nodes):
+                env[node] = None
+                continue
+            env[node] = new.node_copy(node, env.__getitem__)
+        elif node.op == "get_attr":
+            env[node] = new.node_copy(node, env.__getitem__)
+    values = []
+    for x in outputs:
+        if isinstance(x, fx.Node):
+            if env.get(x) is None:
+                raise Unsupported(f"output {x.name} is not computable in the {subgraph}")
+            values.append(env[x])
+        else:
+            values.append(x)
+    new.output(tuple(values))
+    new.eliminate_dead_code()
+    return new
