@@ -1,0 +1,111 @@
+"""fxremat.lite: the light graphs searches score candidates on are torch's graphs without
+FX's bookkeeping. The extracted graphs have the same nodes as torch's extractor gives,
+and every candidate a search scores predicts on its light graphs the peak it predicts
+on its torch.fx graphs (not only the one chosen, which ``Candidate.realize`` checks)."""
+
+import warnings
+
+import pytest
+import torch
+
+import fxremat
+from fxremat import candidate as candidate_module, lite, models
+from fxremat.backend import FxrematPartitioner, _eager_compile
+from fxremat.options import Options
+from fxremat.strategies import knapsack, staged
+
+
+def _contexts(make, kwargs, monkeypatch):
+    """The planning contexts of ``make(**kwargs)``'s graphs (from an unconstrained plan)."""
+    from fxremat import partition as partition_module
+
+    found = []
+    real_context = partition_module.context
+
+    def context(*args, **kw):
+        found.append(real_context(*args, **kw))
+        return found[-1]
+
+    monkeypatch.setattr(partition_module, "context", context)
+    _plan(make, kwargs, {"solver": "mincut"})
+    return found
+
+
+def _plan(make, kwargs, options):
+    torch.manual_seed(0)
+    model, batch = make(**kwargs)
+    torch._dynamo.reset()
+    fxremat.inspect.clear()
+
+    def backend(gm, example_inputs):
+        return _eager_compile(gm, example_inputs, FxrematPartitioner(Options.from_user(options)))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.compile(model, backend=backend)(*batch).backward()
+    torch._dynamo.reset()
+    return fxremat.inspect.plans()
+
+
+def _shape(gm):
+    return [(n.name, n.op, str(n.target), [a.name for a in n.all_input_nodes]) for n in gm.graph.nodes]
+
+
+@pytest.mark.parametrize("make, kwargs", [(models.make_transformer, dict(batch=2, seq=16, layers=2, dropout=0.1)),
+                                          (models.make_deep_cnn, dict(batch=2, size=16, depth=3))])
+def test_extraction_gives_torchs_nodes(monkeypatch, make, kwargs):
+    """Same nodes, in the same order, reading the same inputs, as torch's extractor (with
+    random ops, whose purity keeps them alive, and convolutions)."""
+    from fxremat.strategies import mincut
+
+    for ctx in _contexts(make, kwargs, monkeypatch):
+        lean, _ = mincut.lean(ctx)
+        for saved in (mincut.traffic_optimal(ctx).saved, lean):
+            for template in (False, True):
+                real = candidate_module.extract(ctx, saved, backward_template=template)
+                light = candidate_module.extract(ctx, saved, backward_template=template, light=True)
+                assert lite.is_light(light[0]) and not lite.is_light(real[0])
+                for r, l in zip(real, light):
+                    got, want = _shape(l), _shape(r)
+                    if template:  # torch's template also has the placeholders' order from its convention
+                        got, want = sorted(got), sorted(want)
+                    assert got == want
+
+
+@pytest.mark.parametrize("make, kwargs, compiler", [
+    (models.make_transformer, dict(batch=2, seq=32, layers=3, dropout=0.1), "inductor"),
+    (models.make_unet, dict(batch=2, size=16), "inductor"),
+    (models.make_deep_cnn, dict(batch=2, size=16, depth=4), "eager"),
+])
+def test_every_scored_candidate_predicts_its_fx_peak(monkeypatch, make, kwargs, compiler):
+    """Every Rotor probe and knapsack probe of ``solver="auto"`` at two budgets, built
+    again as torch.fx graphs: the same predicted peak."""
+    checked = []
+    real_make = staged.StagedProblem.make
+
+    def make_probe(self, schedule):
+        probe = real_make(self, schedule)
+        if probe is not None and probe.candidate.rebuild is not None:
+            light_peak = probe.peak
+            probe.candidate.realize()  # raises if the FX graphs predict another peak
+            checked.append(light_peak == probe.peak)
+        return probe
+
+    real_candidate = knapsack.make_candidate
+
+    def make_candidate(ctx, solver, fwd, bwd, saved, *args, **kw):
+        scored = real_candidate(ctx, solver, fwd, bwd, saved, *args, **kw)
+        if lite.is_light(fwd):
+            real_fwd, real_bwd, _ = candidate_module.extract_placed(ctx, saved)
+            checked.append(real_candidate(ctx, solver, real_fwd, real_bwd, saved, *args, **kw).peak == scored.peak)
+        return scored
+
+    monkeypatch.setattr(staged.StagedProblem, "make", make_probe)
+    monkeypatch.setattr(knapsack, "make_candidate", make_candidate)
+    for budget in (0.6, 0.4):
+        try:
+            _plan(make, kwargs, {"memory_budget": budget, "compiler": compiler})
+        except Exception as error:  # noqa: BLE001 - a budget no plan meets is fine here
+            cause = getattr(error, "inner_exception", None) or error
+            assert isinstance(cause, fxremat.BudgetError), error
+    assert len(checked) >= 4 and all(checked)
