@@ -89,11 +89,13 @@ class Context:
 
     def estimate(self, candidate: Candidate) -> float:
         """The cost model's seconds for a step of the candidate's graphs (``costmodel.estimate_step``,
-        the model that costs Rotor's stages): one yardstick for plans of different solvers."""
+        the model that costs Rotor's stages): one yardstick for plans of different solvers.
+        The roofline reads light graphs (``lite``) as it reads torch.fx ones."""
         from . import costmodel
 
         device, timer = self._device_and_timer()
-        candidate.realize()
+        if timer is not None:
+            candidate.realize()  # measured kernels are built from torch.fx nodes
         return costmodel.estimate_step(candidate.forward, candidate.backward, device, timer=timer).total_s
 
     def _device_and_timer(self):

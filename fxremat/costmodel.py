@@ -55,6 +55,7 @@ from .devices import (A100_80GB, A100_80GB_PCIE, CALIBRATION_VERSION, DEFAULT_CP
 from .optimer import OpTimer
 from .sizes import _hint, flat_tensors, node_bytes, tensor_bytes
 from .timeline import Inlining
+from .lite import NODES
 
 aten = torch.ops.aten
 
@@ -83,7 +84,7 @@ def _numel(t: torch.Tensor) -> int:
 
 def _meta(arg):
     """An FX argument with nodes replaced by their fake values."""
-    if isinstance(arg, fx.Node):
+    if isinstance(arg, NODES):
         return arg.meta.get("val")
     if isinstance(arg, (list, tuple)):
         return type(arg)(_meta(a) for a in arg)
@@ -105,7 +106,7 @@ def _flop_registry() -> dict:
 def _producer(node: fx.Node) -> fx.Node:
     """The op that computes ``node``'s data (through views and tuple items)."""
     node = storage_node(node)
-    if oplib.is_getitem(node) and isinstance(node.args[0], fx.Node):
+    if oplib.is_getitem(node) and isinstance(node.args[0], NODES):
         return node.args[0]
     return node
 

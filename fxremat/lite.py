@@ -141,6 +141,19 @@ class Graph:
         kept.reverse()
         self.nodes = kept
 
+    def remove_unread(self, inputs: set[Node]) -> None:
+        """Remove the placeholders ``inputs`` and what reads them (extracting the graph
+        again without them would not compute it)."""
+        gone = set(inputs)
+        for node in self.nodes:
+            if node not in gone and any(a in gone for a in node.all_input_nodes):
+                gone.add(node)
+        for node in gone:
+            for a in node.all_input_nodes:
+                a.users.pop(node, None)
+            self._names.discard(node.name)
+        self.nodes = [n for n in self.nodes if n not in gone]
+
     def reorder(self, order: list[Node]) -> None:
         """Put the nodes in ``order`` (a permutation of them)."""
         self.nodes = list(order)
@@ -202,6 +215,7 @@ def extract(joint: fx.GraphModule, saved_values: list[fx.Node], saved_sym_nodes:
     fwd_seeds = [n for n in placeholders if _compat.is_fwd_seed_offset(n)]
     bwd_seeds = [n for n in placeholders if _compat.is_bwd_seed_offset(n)]
     saved_values, saved_sym_nodes = list(saved_values), list(saved_sym_nodes)
+    saved_names = {n.name for n in saved_values + saved_sym_nodes}
     if backward_template:
         bwd = Graph(impure)
         for node in saved_sym_nodes + saved_values + tangents + bwd_seeds:
@@ -211,12 +225,14 @@ def extract(joint: fx.GraphModule, saved_values: list[fx.Node], saved_sym_nodes:
         bwd = _extract_graph(graph, saved_sym_nodes + saved_values + tangents + bwd_seeds, bwd_outputs,
                              "backward", impure)
         # As torch's: a saved value the backward only waits on (a collective's dead result) is not read.
-        read = {n.name for n in bwd.find_nodes(op="placeholder")
-                if n.users and not all(u.target is _WAIT_TENSOR and not u.users for u in n.users)}
-        saved_values = [n for n in saved_values if n.name in read]
-        saved_sym_nodes = [n for n in saved_sym_nodes if n.name in read]
-        bwd = _extract_graph(graph, saved_sym_nodes + saved_values + tangents + bwd_seeds, bwd_outputs,
-                             "backward", impure)
+        unread = {n for n in bwd.find_nodes(op="placeholder") if n.name in saved_names
+                  and (not n.users or all(u.target is _WAIT_TENSOR and not u.users for u in n.users))}
+        unread_names = {n.name for n in unread}
+        saved_values = [n for n in saved_values if n.name not in unread_names]
+        saved_sym_nodes = [n for n in saved_sym_nodes if n.name not in unread_names]
+        # Torch extracts the backward again from what is left; that is this graph without
+        # the unread inputs (and their dead waits).
+        bwd.remove_unread(unread)
     fwd = _extract_graph(graph, primals + fwd_seeds, fwd_outputs + saved_values + saved_sym_nodes, "forward", impure)
     return GraphModule(fwd), GraphModule(bwd)
 

@@ -79,16 +79,16 @@ def test_extraction_gives_torchs_nodes(monkeypatch, make, kwargs):
 ])
 def test_every_scored_candidate_predicts_its_fx_peak(monkeypatch, make, kwargs, compiler):
     """Every Rotor probe and knapsack probe of ``solver="auto"`` at two budgets, built
-    again as torch.fx graphs: the same predicted peak."""
+    again as torch.fx graphs: the same predicted peak (and Rotor's, the same estimated time)."""
     checked = []
     real_make = staged.StagedProblem.make
 
     def make_probe(self, schedule):
         probe = real_make(self, schedule)
         if probe is not None and probe.candidate.rebuild is not None:
-            light_peak = probe.peak
+            light_peak, light_estimate = probe.peak, self.ctx.estimate(probe.candidate)
             probe.candidate.realize()  # raises if the FX graphs predict another peak
-            checked.append(light_peak == probe.peak)
+            checked.append(light_peak == probe.peak and light_estimate == self.ctx.estimate(probe.candidate))
         return probe
 
     real_candidate = knapsack.make_candidate

@@ -12,10 +12,15 @@ from ..passes import mincut
 from ..plan import over_budget
 
 
-def candidate(ctx: Context, saved: list[fx.Node], cut_cost: float) -> Candidate:
-    """The candidate that saves ``saved``, recomputations placed before their first use."""
-    fwd, bwd, _ = extract_placed(ctx, saved)
-    return make_candidate(ctx, "mincut", fwd, bwd, saved, cut_cost)
+def candidate(ctx: Context, saved: list[fx.Node], cut_cost: float, light: bool = True) -> Candidate:
+    """The candidate that saves ``saved``, recomputations placed before their first use;
+    on light graphs (``lite``) until ``Candidate.realize`` (over the budget, it is only
+    scored)."""
+    fwd, bwd, _ = extract_placed(ctx, saved, light=light)
+    found = make_candidate(ctx, "mincut", fwd, bwd, saved, cut_cost, with_code=not light)
+    if light:
+        found.rebuild = lambda: candidate(ctx, saved, cut_cost, light=False)
+    return found
 
 
 def traffic_optimal(ctx: Context) -> Candidate:
