@@ -66,13 +66,7 @@ class Context:
     banned: dict[str, str]  # why each node may not be recomputed (of the saved set planned around)
     problem: mincut.MinCutProblem  # the traffic-optimal min-cut problem
     _costs: dict[fx.Node, float] | None = None
-    _impure: Any = None  # lite's purity cache for the joint graph's nodes
-
-    def impure(self, node: fx.Node) -> bool:
-        """Is the joint-graph ``node`` impure (kept by dead code elimination)? Cached."""
-        if self._impure is None:
-            self._impure = lite.impure_cache()
-        return self._impure(node)
+    facts: lite.Facts = dataclasses.field(default_factory=lite.Facts)  # for light copies of its nodes
 
     def saved_nodes(self, names) -> list[fx.Node]:
         """The joint graph's nodes named in ``names``, in graph order: reproducible."""
@@ -119,7 +113,7 @@ def extract(ctx: Context, saved: list[fx.Node], backward_template: bool = False,
     if light:
         try:
             return lite.extract(ctx.joint, values, syms, num_fwd_outputs=ctx.num_fwd_outputs,
-                                backward_template=backward_template, impure=ctx.impure)
+                                backward_template=backward_template, facts=ctx.facts)
         except lite.Unsupported:
             pass
     return _compat.extract_fwd_bwd_modules(

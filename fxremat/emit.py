@@ -88,7 +88,7 @@ def backward_reads(joint: fx.GraphModule, lin: Linearization, sequence: list[rot
     forward must save, the tangents) and which (operation, node) copies it keeps
     alive: what a scratch emission (``_emit`` with stand-ins for what is missing) would
     give, found before any graph is extracted, so the forward saves exactly what is read.
-    ``impure``: ``Context.impure``, the joint nodes' purity found once (else asked of each)."""
+    ``impure``: ``lite.Facts.impure``, the joint nodes' purity found once (else asked of each)."""
     # The scratch emission's outcome without building its graph: which copies the dead
     # code elimination keeps (those the outputs or an impure op need) and which missing
     # inputs they read. Building it cost a third of a plan's search (the 12-layer
@@ -161,7 +161,7 @@ def _emit(template, joint, lin, sequence, only, gradients):
     as its outputs; ``template`` None: a scratch emission whose every input is a stand-in."""
     by_name = {n.name: n for n in joint.graph.nodes}
     light = template is not None and lite.is_light(template)
-    graph = lite.Graph(template.graph.impure) if light else fx.Graph()
+    graph = lite.Graph(template.graph.facts) if light else fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for node in template.graph.find_nodes(op="placeholder") if template is not None else ():
         env[by_name[node.name]] = graph.node_copy(node)

@@ -48,7 +48,7 @@ class Node:  # NODES below: what the planner's isinstance checks accept
             return True
         if self.source is None:
             return False
-        return self.graph.impure(self.source)
+        return self.graph.facts.impure(self.source)
 
     def __repr__(self) -> str:
         return self.name
@@ -57,23 +57,21 @@ class Node:  # NODES below: what the planner's isinstance checks accept
 NODES = (fx.Node, Node)  # a node of a torch.fx graph or of a light one
 
 
-def _collect(a: Any, found: dict) -> None:
-    if isinstance(a, Node):
+def _collect(a: Any, found: dict, kinds: Any = Node) -> None:
+    if isinstance(a, kinds):
         found[a] = None
     elif isinstance(a, (tuple, list)):
         for x in a:
-            _collect(x, found)
+            _collect(x, found, kinds)
     elif isinstance(a, dict):
         for x in a.values():
-            _collect(x, found)
+            _collect(x, found, kinds)
     elif isinstance(a, slice):
-        _collect((a.start, a.stop, a.step), found)
+        _collect((a.start, a.stop, a.step), found, kinds)
 
 
 def _map(a: Any, fn: Callable[[fx.Node], Node]) -> Any:
     """``fx.node.map_arg`` for the argument trees aten ops take."""
-    if type(a) is tuple and not any(isinstance(x, (tuple, list, dict, slice)) for x in a):
-        return tuple(fn(x) if isinstance(x, NODES) else x for x in a)  # most ops' arguments
     if isinstance(a, NODES):
         return fn(a)
     if isinstance(a, tuple):
@@ -87,13 +85,55 @@ def _map(a: Any, fn: Callable[[fx.Node], Node]) -> Any:
     return a
 
 
+class Facts:
+    """What light copies reuse of the joint graph's nodes, each found once: purity (a
+    copy's is its source's: copies differ only in which nodes they read), inputs, and
+    which of its arguments hold nodes. One per joint graph (``Context.facts``)."""
+
+    def __init__(self) -> None:
+        self._impure: dict[fx.Node, bool] = {}
+        self._inputs: dict[fx.Node, list[fx.Node]] = {}
+        self._slots: dict[fx.Node, tuple[tuple[int, ...], bool]] = {}
+
+    def impure(self, node: fx.Node) -> bool:
+        """``node.is_impure()`` (FX's dead code elimination keeps impure nodes)."""
+        if node not in self._impure:
+            self._impure[node] = node.op == "call_function" and node.is_impure()
+        return self._impure[node]
+
+    def inputs(self, node: fx.Node) -> list[fx.Node]:
+        """``node.all_input_nodes`` (a property FX computes on every read)."""
+        if isinstance(node, Node):
+            return node.all_input_nodes
+        if node not in self._inputs:
+            self._inputs[node] = node.all_input_nodes
+        return self._inputs[node]
+
+    def copy_args(self, node: fx.Node, fn: Callable[[fx.Node], Node]) -> tuple[tuple, dict]:
+        """``node``'s arguments and keyword arguments with each node ``a`` replaced by ``fn(a)``."""
+        if isinstance(node, Node):
+            return _map(node.args, fn), _map(node.kwargs, fn)
+        if node not in self._slots:
+            kinds = tuple(1 if isinstance(a, NODES) else 2 if _holds_node(a) else 0 for a in node.args)
+            self._slots[node] = kinds, _holds_node(node.kwargs)
+        kinds, kwargs_hold = self._slots[node]
+        args = tuple(a if k == 0 else fn(a) if k == 1 else _map(a, fn) for a, k in zip(node.args, kinds))
+        return args, (_map(node.kwargs, fn) if kwargs_hold else node.kwargs)
+
+
+def _holds_node(a: Any) -> bool:
+    found: dict = {}
+    _collect(a, found, NODES)
+    return bool(found)
+
+
 class Graph:
     """A light ``torch.fx.Graph``: a list of nodes, unique names, dead code elimination."""
 
-    def __init__(self, impure: Callable[[fx.Node], bool] | None = None) -> None:
+    def __init__(self, facts: Facts | None = None) -> None:
         self.nodes: list[Node] = []
         self._names: set[str] = set()
-        self.impure = impure or impure_cache()
+        self.facts = facts or Facts()
 
     def _name(self, candidate: str) -> str:
         name, k = candidate, 0
@@ -117,9 +157,9 @@ class Graph:
         arguments (``torch.fx.Graph.node_copy``; the meta dictionary is copied, not shared)."""
         # The copy reads the copies of what ``node`` reads, in the same order (FX's order:
         # first appearance in the arguments), each distinct node to a distinct copy.
-        inputs = list(dict.fromkeys(arg_transform(a) for a in node.all_input_nodes))
-        return self._add(node.name, node.op, node.target, _map(node.args, arg_transform),
-                         _map(node.kwargs, arg_transform) if node.kwargs else {}, dict(node.meta),
+        inputs = list(dict.fromkeys(arg_transform(a) for a in self.facts.inputs(node)))
+        args, kwargs = self.facts.copy_args(node, arg_transform)
+        return self._add(node.name, node.op, node.target, args, kwargs, dict(node.meta),
                          getattr(node, "source", None) or node, inputs)
 
     def output(self, result: Any) -> Node:
@@ -185,26 +225,14 @@ class Unsupported(Exception):
     it with torch's."""
 
 
-def impure_cache() -> Callable[[fx.Node], bool]:
-    """``node.is_impure()`` for joint-graph nodes, each found once."""
-    cache: dict[fx.Node, bool] = {}
-
-    def impure(node: fx.Node) -> bool:
-        if node not in cache:
-            cache[node] = node.op == "call_function" and node.is_impure()
-        return cache[node]
-
-    return impure
-
-
 def extract(joint: fx.GraphModule, saved_values: list[fx.Node], saved_sym_nodes: list[fx.Node], *,
             num_fwd_outputs: int, backward_template: bool = False,
-            impure: Callable[[fx.Node], bool] | None = None) -> tuple[GraphModule, GraphModule]:
+            facts: Facts | None = None) -> tuple[GraphModule, GraphModule]:
     """``_compat.extract_fwd_bwd_modules`` as light graphs: torch's extractor's algorithm
     (``_extract_fwd_bwd_modules``: the backward extracted first, saved values it does not
     read dropped, then the forward returning the outputs and what is saved). Symbol
     bindings for dynamic sizes are not added (they hold no bytes)."""
-    impure = impure or impure_cache()
+    facts = facts or Facts()
     graph = joint.graph
     output = next(iter(graph.find_nodes(op="output")))
     outputs = list(output.args[0])
@@ -217,13 +245,13 @@ def extract(joint: fx.GraphModule, saved_values: list[fx.Node], saved_sym_nodes:
     saved_values, saved_sym_nodes = list(saved_values), list(saved_sym_nodes)
     saved_names = {n.name for n in saved_values + saved_sym_nodes}
     if backward_template:
-        bwd = Graph(impure)
+        bwd = Graph(facts)
         for node in saved_sym_nodes + saved_values + tangents + bwd_seeds:
             bwd.placeholder(node.name).meta = node.meta
         bwd.output(())
     else:
         bwd = _extract_graph(graph, saved_sym_nodes + saved_values + tangents + bwd_seeds, bwd_outputs,
-                             "backward", impure)
+                             "backward", facts)
         # As torch's: a saved value the backward only waits on (a collective's dead result) is not read.
         unread = {n for n in bwd.find_nodes(op="placeholder") if n.name in saved_names
                   and (not n.users or all(u.target is _WAIT_TENSOR and not u.users for u in n.users))}
@@ -233,15 +261,14 @@ def extract(joint: fx.GraphModule, saved_values: list[fx.Node], saved_sym_nodes:
         # Torch extracts the backward again from what is left; that is this graph without
         # the unread inputs (and their dead waits).
         bwd.remove_unread(unread)
-    fwd = _extract_graph(graph, primals + fwd_seeds, fwd_outputs + saved_values + saved_sym_nodes, "forward", impure)
+    fwd = _extract_graph(graph, primals + fwd_seeds, fwd_outputs + saved_values + saved_sym_nodes, "forward", facts)
     return GraphModule(fwd), GraphModule(bwd)
 
 
-def _extract_graph(joint: fx.Graph, inputs: list[fx.Node], outputs: list, subgraph: str,
-                   impure: Callable[[fx.Node], bool]) -> Graph:
+def _extract_graph(joint: fx.Graph, inputs: list[fx.Node], outputs: list, subgraph: str, facts: Facts) -> Graph:
     """Torch's ``_extract_graph_with_inputs_outputs``: every joint node computable from
     ``inputs`` (and allowed in ``subgraph``) copied in order, then the dead code removed."""
-    new = Graph(impure)
+    new = Graph(facts)
     env: dict[fx.Node, Node | None] = {}
     for node in inputs:
         placeholder = new.placeholder(node.name)
@@ -256,7 +283,7 @@ def _extract_graph(joint: fx.Graph, inputs: list[fx.Node], outputs: list, subgra
         elif node.op == "placeholder":
             env[node] = None
         elif node.op == "call_function":
-            if any(env[a] is None for a in node.all_input_nodes):
+            if any(env[a] is None for a in facts.inputs(node)):
                 env[node] = None
                 continue
             env[node] = new.node_copy(node, env.__getitem__)
