@@ -25,7 +25,7 @@ from frontier_child import Child, least_budget_bytes
 from frontier_report import MIB, first_line, fmt
 from frontier_strategies import skip_reason
 
-LEAST_PROBE_BYTES = 1  # fxremat_min's first budget: below any plan, so the BudgetError names the least one
+LEAST_PROBE_BYTES = 1  # fxremat_min's first budget: below any plan; its BudgetError names the floor, the next one the least plan
 LEAST_MAX_PROBES = 5
 
 

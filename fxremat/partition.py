@@ -26,7 +26,7 @@ from . import _compat, joint as joint_graph
 from .candidate import Candidate, Context
 from .fx_passes import mark_predicted_levels
 from .options import Options, format_bytes
-from .plan import BudgetError, BudgetWarning, Plan, graph_fingerprint  # noqa: F401 (re-exported)
+from .plan import BudgetError, BudgetWarning, Plan, below_floor, graph_fingerprint  # noqa: F401 (re-exported)
 from .strategies import SOLVERS
 from .strategies import mincut as mincut_strategy
 
@@ -54,6 +54,11 @@ def partition(
     budget = options.memory_budget.resolve(peak) if options.memory_budget else None
     mincut_plan.plan.budget_bytes = budget
     over = budget is not None and peak > budget
+    floor = mincut_plan.plan.timeline.end_bytes  # what every plan keeps to the end of the step
+    if over and options.memory_budget.fraction is None and budget < floor:
+        # A fraction under the floor may still be a graph no plan gets much below its
+        # min-cut plan (``_unreachable``: it keeps that plan); only the search can tell.
+        raise below_floor(options, ctx.graph_id, budget, floor)
     solver = SOLVERS[options.solver]
     if over or solver.staged:
         chosen = _plan_within(ctx, solver, mincut_plan, budget if budget is not None else peak, over)

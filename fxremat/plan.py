@@ -98,6 +98,18 @@ def below_minimum(options: Options, graph_id: str, budget: int, least_bytes: int
         f"Allowed: a budget of at least {least_bytes} bytes{per_graph}{alternative}.", least_bytes)
 
 
+def below_floor(options: Options, graph_id: str, budget: int, floor: int) -> BudgetError:
+    """The error for a byte budget under the graph's floor: the bytes every plan keeps alive
+    to the end of the step (the parameter gradients, the outputs the caller holds), which
+    no recomputation frees. Found without searching: a budget that no plan can meet is
+    refused at once."""
+    return BudgetError(
+        f"fxremat: memory_budget={options.memory_budget.describe(budget)} is below the floor of graph {graph_id}: "
+        f"the parameter gradients and outputs every plan keeps to the end of the step take {format_bytes(floor)} "
+        f"alone, whatever is recomputed. Allowed: a budget of at least {floor} bytes (the least-memory plan may "
+        f"need more).", floor)
+
+
 def over_budget(plan: Plan, options: Options, least: int, solvers: str) -> BudgetError:
     """The error for a solver that recomputes nothing further (solver='mincut') over the budget."""
     return BudgetError(

@@ -80,6 +80,9 @@ class Timeline:
         The largest of ``live_bytes`` (the bytes alive at the start if there is no step).
     peak_step : str or None
         The name of the first step at the peak (None without steps).
+    end_bytes : int, optional
+        The bytes alive after the last step: the storages kept to the end (and those alive
+        at the start that no step reads).
 
     Returns
     -------
@@ -98,6 +101,7 @@ class Timeline:
     live_bytes: list[int]
     peak_bytes: int
     peak_step: str | None
+    end_bytes: int = 0
 
     def as_records(self) -> list[dict]:
         """One dict a step, ``{"step", "phase", "live_bytes"}``, for JSON and tables.
@@ -186,4 +190,4 @@ def simulate(steps: list[Step], *, live_at_start: dict[str, int] | None = None,
             total -= live.pop(s, 0)
     peak = max(profile, default=total)
     peak_step = steps[profile.index(peak)].name if profile else None
-    return Timeline(steps=steps, live_bytes=profile, peak_bytes=peak, peak_step=peak_step)
+    return Timeline(steps=steps, live_bytes=profile, peak_bytes=peak, peak_step=peak_step, end_bytes=total)

@@ -109,3 +109,34 @@ def test_every_scored_candidate_predicts_its_fx_peak(monkeypatch, make, kwargs, 
             cause = getattr(error, "inner_exception", None) or error
             assert isinstance(cause, fxremat.BudgetError), error
     assert len(checked) >= 4 and all(checked)
+
+
+def test_a_byte_budget_under_the_floor_is_refused_at_once(monkeypatch):
+    """Under what every plan keeps to the end of the step (the parameter gradients), a byte
+    budget is refused before any solver searches, naming the floor; at the floor, the
+    search runs and names the least plan, which is at or above the floor."""
+    from fxremat.strategies import SOLVERS
+
+    searched = []
+    real_plan = type(SOLVERS["auto"]).plan
+
+    def plan(self, *args, **kw):
+        searched.append(self.name)
+        return real_plan(self, *args, **kw)
+
+    monkeypatch.setattr(type(SOLVERS["auto"]), "plan", plan)
+    kwargs = dict(batch=2, seq=16, layers=2)
+    with pytest.raises(Exception) as caught:
+        _plan(models.make_transformer, kwargs, {"memory_budget": 1})
+    floor_error = getattr(caught.value, "inner_exception", None) or caught.value
+    assert isinstance(floor_error, fxremat.BudgetError) and "floor" in str(floor_error) and not searched
+    grads = sum(p.numel() * 4 for p in models.make_transformer(**kwargs)[0].parameters())
+    assert floor_error.least_bytes >= grads  # float32 gradients, alive at the end
+    with pytest.raises(Exception) as caught:
+        _plan(models.make_transformer, kwargs, {"memory_budget": floor_error.least_bytes})
+    least_error = getattr(caught.value, "inner_exception", None) or caught.value
+    assert searched and isinstance(least_error, fxremat.BudgetError) and "floor" not in str(least_error)
+    assert least_error.least_bytes >= floor_error.least_bytes
+    plans = _plan(models.make_transformer, kwargs, {"memory_budget": least_error.least_bytes})
+    assert plans[-1].predicted_peak_bytes <= least_error.least_bytes
+    assert plans[-1].timeline.end_bytes == floor_error.least_bytes
