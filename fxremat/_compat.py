@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 import operator
 import re
 from typing import Any, NamedTuple
@@ -448,3 +449,38 @@ def lazy_graph_modules():
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
     return _use_lazy_graph_module(True)
+
+
+def register_torch_log(name: str) -> None:
+    """Let ``TORCH_LOGS`` show the ``logging`` logger ``name`` (``TORCH_LOGS="fxremat"`` for
+    INFO, ``"+fxremat"`` for DEBUG) in torch.compile's log format, once a line. Torch 2.13
+    takes the name as a module's logger and may give it two handlers to one stream (each
+    line printed twice): one is removed. Where torch set nothing up, a handler is added
+    here (reading the variable again, ``_init_logs``, would double torch's own handlers).
+    Called at each plan: torch sets its handlers up lazily."""
+    import logging
+
+    settings = os.environ.get("TORCH_LOGS", "").replace(",", " ").split()
+    wanted = [s for s in settings if s.lstrip("+-") == name]
+    log = logging.getLogger(name)
+    if not wanted:
+        return
+    if log.handlers:
+        streams = set()
+        for handler in list(log.handlers):
+            key = (type(handler), getattr(handler, "stream", None))
+            if key in streams:
+                log.removeHandler(handler)
+            streams.add(key)
+        return
+    log.setLevel(logging.DEBUG if wanted[-1].startswith("+") else
+                 logging.ERROR if wanted[-1].startswith("-") else logging.INFO)
+    handler = logging.StreamHandler()
+    try:
+        from torch._logging._internal import TorchLogsFormatter
+
+        handler.setFormatter(TorchLogsFormatter())
+    except ImportError:  # another torch: the default format
+        pass
+    log.addHandler(handler)
+    log.propagate = False

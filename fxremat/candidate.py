@@ -5,6 +5,8 @@ the traffic-optimal min-cut problem."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+import time
 from typing import Any, Callable
 
 import torch.fx as fx
@@ -17,6 +19,9 @@ from .passes import mincut
 from .plan import Plan
 from .sizes import describe, is_multi_output, storage_bytes, storage_of
 from .timeline import predict, relaid_inputs
+
+log = logging.getLogger("fxremat")  # TORCH_LOGS="fxremat" (or logging) shows it
+PROGRESS_AFTER_S = 3.0  # planning that has taken this long says what it does at INFO, before at DEBUG
 
 
 @dataclasses.dataclass
@@ -67,6 +72,14 @@ class Context:
     problem: mincut.MinCutProblem  # the traffic-optimal min-cut problem
     _costs: dict[fx.Node, float] | None = None
     facts: lite.Facts = dataclasses.field(default_factory=lite.Facts)  # for light copies of its nodes
+    started: float = dataclasses.field(default_factory=time.perf_counter)  # when planning began
+
+    def progress(self, what: str) -> None:
+        """Log what planning does next, and how long it has taken: at INFO once that is
+        ``PROGRESS_AFTER_S`` or more (a large graph), before at DEBUG."""
+        elapsed = time.perf_counter() - self.started
+        log.log(logging.INFO if elapsed >= PROGRESS_AFTER_S else logging.DEBUG, "graph %s (%d nodes, %.1f s): %s",
+                self.graph_id, len(self.by_name), elapsed, what)
 
     def saved_nodes(self, names) -> list[fx.Node]:
         """The joint graph's nodes named in ``names``, in graph order: reproducible."""

@@ -23,7 +23,7 @@ from typing import Any
 import torch.fx as fx
 
 from . import _compat, joint as joint_graph
-from .candidate import Candidate, Context
+from .candidate import Candidate, Context, log
 from .fx_passes import mark_predicted_levels
 from .options import Options, format_bytes
 from .plan import BudgetError, BudgetWarning, Plan, below_floor, graph_fingerprint  # noqa: F401 (re-exported)
@@ -48,6 +48,7 @@ def partition(
     of the joint graph ``joint`` under ``options``, and the ``Plan`` that made them. Raises
     ``BudgetError`` when no solver's plan fits ``options.memory_budget``."""
     started = time.perf_counter()
+    _compat.register_torch_log(log.name)  # TORCH_LOGS="fxremat": each plan's summary, at INFO
     ctx = context(joint, num_fwd_outputs, options, static_lifetime_input_indices)
     mincut_plan = mincut_strategy.traffic_optimal(ctx)
     peak = mincut_plan.peak
@@ -60,6 +61,9 @@ def partition(
         # min-cut plan (``_unreachable``: it keeps that plan); only the search can tell.
         raise below_floor(options, ctx.graph_id, budget, floor)
     solver = SOLVERS[options.solver]
+    if over:
+        ctx.progress(f"the min-cut plan predicts {format_bytes(peak)}, over the budget of {format_bytes(budget)}: "
+                     f"solver {solver.name!r} searches")
     if over or solver.staged:
         chosen = _plan_within(ctx, solver, mincut_plan, budget if budget is not None else peak, over)
     else:
@@ -73,6 +77,10 @@ def partition(
     plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code
     mark_predicted_levels(fwd, bwd, plan.timeline)
     plan.solve_seconds = time.perf_counter() - started
+    log.info("graph %s (%d nodes): %s plan, predicted peak %s%s, saves %s, recomputes %d ops; planned in %.2f s",
+             ctx.graph_id, len(ctx.by_name), plan.solver, format_bytes(plan.predicted_peak_bytes),
+             f" (budget {format_bytes(plan.budget_bytes)})" if plan.budget_bytes is not None else "",
+             format_bytes(plan.saved_activation_bytes), len(plan.recomputed), plan.solve_seconds)
     return fwd, bwd, plan
 
 

@@ -88,6 +88,7 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
         return built[k]
 
     def fits(k: int) -> bool:
+        ctx.progress(f"knapsack: giving up the first {k} of {len(items)} values")
         # Extracting and predicting a plan is the expensive part: skipped when the saved
         # values alone are over the budget.
         if cut(k) is None or cut(k)[1] > budget:

@@ -63,7 +63,9 @@ def fastest(sets: list[SavedSet], plan_one: Callable[[SavedSet], Candidate]) -> 
     the plan's ``why`` ("" for one set). Raises the BudgetError naming the least minimum
     when no set has a plan within the budget."""
     found, errors = [], []
-    for saved_set in sets:
+    for i, saved_set in enumerate(sets, 1):
+        saved_set.ctx.progress(f"planning around {_SAVED_SET_NAMES.get(saved_set.label, saved_set.label)} "
+                               f"saved set ({i} of {len(sets)})")
         try:
             result = plan_one(saved_set)
         except BudgetError as error:
@@ -156,6 +158,8 @@ class StagedProblem:
             return None
         key = rotor_dp.format_sequence(schedule.sequence)
         if key not in self.built:
+            self.ctx.progress(f"{self.solver.name}: scoring plan {len(self.built) + 1} ({len(self.lin.stages)} stages, "
+                              f"estimated {schedule.makespan * 1e3:.3f} ms)")
             scored = self._build(schedule, light=True)
             scored.rebuild = lambda: self._build(schedule)
             self.built[key] = Probe(schedule, scored)

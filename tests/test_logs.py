@@ -1,0 +1,38 @@
+"""The logger ``fxremat``: each plan's summary at INFO; what planning does next at DEBUG,
+at INFO once planning has taken ``candidate.PROGRESS_AFTER_S``."""
+
+import logging
+
+import torch
+
+import fxremat
+from fxremat import candidate, models
+
+
+def _compile(budget):
+    torch.manual_seed(0)
+    model, batch = models.make_transformer(batch=4, seq=32, layers=3)
+    torch._dynamo.reset()
+    torch.compile(model, backend="fxremat", options={"compiler": "eager", "memory_budget": budget})(*batch).backward()
+    torch._dynamo.reset()
+
+
+def test_every_plan_is_summarized_at_info(caplog):
+    fxremat.inspect.clear()
+    with caplog.at_level(logging.INFO, logger="fxremat"):
+        _compile(0.6)
+    plan = fxremat.inspect.plans()[-1]
+    summaries = [r.getMessage() for r in caplog.records if r.name == "fxremat" and "planned in" in r.getMessage()]
+    assert len(summaries) == len(fxremat.inspect.plans()) >= 1
+    assert f"graph {plan.graph_id}" in summaries[-1] and f"{plan.solver} plan" in summaries[-1]
+    assert not [r for r in caplog.records if r.name == "fxremat" and "scoring plan" in r.getMessage()]  # quick: DEBUG
+
+
+def test_long_planning_says_what_it_does(caplog, monkeypatch):
+    monkeypatch.setattr(candidate, "PROGRESS_AFTER_S", 0.0)  # as if the graph were large
+    with caplog.at_level(logging.INFO, logger="fxremat"):
+        _compile(0.6)
+    progress = [r.getMessage() for r in caplog.records if r.name == "fxremat" and r.levelno == logging.INFO]
+    assert any("over the budget" in m for m in progress)
+    assert any("saved set (1 of" in m for m in progress)
+    assert any("rotor: scoring plan 1 " in m for m in progress)
