@@ -40,6 +40,15 @@ class Candidate:
         """The plan's predicted peak, in bytes."""
         return self.plan.predicted_peak_bytes
 
+    def release(self) -> None:
+        """Drop light graphs the search no longer reads (a probe that lost): the planner's
+        memory holds the graphs of the plans still in the running; ``realize`` builds a
+        released candidate again if it is chosen after all."""
+        if self.rebuild is not None:
+            self.forward = self.backward = None
+            timeline = self.plan.timeline  # its steps too: the peak is what the search still reads
+            self.plan.timeline = dataclasses.replace(timeline, steps=[], live_bytes=[])
+
     def realize(self) -> Candidate:
         """This candidate with torch.fx graphs (built by ``rebuild`` if its graphs are light),
         in place: what the plan says of its graphs (saved, recomputed, timeline) is then
@@ -101,8 +110,8 @@ class Context:
         from . import costmodel
 
         device, timer = self._device_and_timer()
-        if timer is not None:
-            candidate.realize()  # measured kernels are built from torch.fx nodes
+        if timer is not None or candidate.forward is None:
+            candidate.realize()  # measured kernels are built from torch.fx nodes; a released one has none
         return costmodel.estimate_step(candidate.forward, candidate.backward, device, timer=timer).total_s
 
     def _device_and_timer(self):

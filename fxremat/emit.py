@@ -74,8 +74,10 @@ class _Emitter:
             self.value(a)
         copy = self.graph.node_copy(node, lambda a: self.env[a])
         # Which operation of the sequence made it: Inductor must not fuse across these
-        # (``_compat.install_segment_fusion_guard``).
-        copy.meta[_compat.SEGMENT_KEY] = self.op_index
+        # (``_compat.install_segment_fusion_guard``). Light copies share their source's
+        # meta and are never compiled.
+        if not isinstance(copy, lite.Node):
+            copy.meta[_compat.SEGMENT_KEY] = self.op_index
         self.env[node] = copy
         self.copies[copy] = key
         if node in self.forward:

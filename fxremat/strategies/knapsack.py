@@ -85,6 +85,13 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
     def build(k: int) -> Candidate:
         if k not in built:
             built[k] = make(k, light=True)
+            # Graphs are kept for the probes the caller may read: the shortest fitting prefix
+            # (the plan) and the least predicted (Rotor plans around its saved set).
+            fitting = [j for j in built if built[j].peak <= budget]
+            least = min(probe.peak for probe in built.values())
+            for j in built:
+                if built[j].peak != least and (not fitting or j != min(fitting)):
+                    built[j].release()
         return built[k]
 
     def fits(k: int) -> bool:

@@ -151,6 +151,7 @@ class StagedProblem:
     budget: int
     solver: Any  # strategies.Solver
     built: dict[str, Probe] = dataclasses.field(default_factory=dict)  # sequence -> probe
+    kept: Probe | None = None  # the fastest fitting probe: the only one whose graphs are kept
 
     def make(self, schedule: Schedule | None) -> Probe | None:
         """The probe of ``schedule`` (None for none); nearby model budgets share plans."""
@@ -162,7 +163,17 @@ class StagedProblem:
                               f"estimated {schedule.makespan * 1e3:.3f} ms)")
             scored = self._build(schedule, light=True)
             scored.rebuild = lambda: self._build(schedule)
-            self.built[key] = Probe(schedule, scored)
+            probe = self.built[key] = Probe(schedule, scored)
+            # Only a fitting probe can be the plan, and the search keeps the fastest (the
+            # first on ties): the others' graphs are released as soon as they lose.
+            if not self.fits(probe):
+                scored.release()
+            elif self.kept is None or probe.schedule.makespan < self.kept.schedule.makespan:
+                if self.kept is not None:
+                    self.kept.candidate.release()
+                self.kept = probe
+            else:
+                scored.release()
         return self.built[key]
 
     def fits(self, probe: Probe | None) -> bool:
