@@ -15,7 +15,8 @@ the joint graph:
   ``activation_memory_budget=--budget``;
 - ``pytorch_default``: the same without a budget (what plain ``torch.compile`` runs);
 - ``fxremat_infeasible``: fxremat at ``--infeasible`` (a fraction no plan meets: the time
-  to refuse it with a ``BudgetError``);
+  to refuse it with a ``BudgetError``), and ``fxremat_infeasible_bytes`` at
+  ``--infeasible-bytes`` (a byte budget under every graph's floor);
 
 and then each partitioner's peak Python memory (``tracemalloc``, one more run each: the
 planner's own allocations, graphs and solver state, not torch's C++ tensors).
@@ -87,7 +88,10 @@ def _child(spec: dict) -> dict:
 
     warnings.simplefilter("ignore")
     joint, joint_inputs, kw = _capture(spec["model"], spec["layers"])
-    row = {"model": spec["model"], "layers": spec["layers"], "joint_nodes": len(joint.graph.nodes)}
+    import fxremat
+
+    row = {"model": spec["model"], "layers": spec["layers"], "joint_nodes": len(joint.graph.nodes),
+           "fxremat_from": os.path.dirname(os.path.dirname(os.path.abspath(fxremat.__file__)))}
 
     def fxremat_at(budget):
         def run():
@@ -107,7 +111,8 @@ def _child(spec: dict) -> dict:
         return run
 
     runs = {"fxremat": fxremat_at(spec["budget"]), "pytorch_budget": pytorch(spec["budget"]),
-            "pytorch_default": pytorch(1.0), "fxremat_infeasible": fxremat_at(spec["infeasible"])}
+            "pytorch_default": pytorch(1.0), "fxremat_infeasible": fxremat_at(spec["infeasible"]),
+            "fxremat_infeasible_bytes": fxremat_at(spec["infeasible_bytes"])}
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(spec["repeat"]):
         for name, run in runs.items():
@@ -128,18 +133,20 @@ def _child(spec: dict) -> dict:
     return row
 
 
-def _markdown(rows: list[dict], meta: dict, budget: float, infeasible: float) -> str:
+def _markdown(rows: list[dict], meta: dict, budget: float, infeasible: float, infeasible_bytes: int) -> str:
     lines = [
         f"# Planning time: fxremat beside PyTorch's partitioner ({meta['date'][:10]})", "",
         f"Machine: {meta['cpu']} ({meta['cpus']} CPUs), torch {meta['torch']}, fxremat at {meta['git']['commit'][:10]}. "
         f"Command: `{meta['command']}`.", "",
         f"Budget {budget} (fxremat `solver=\"auto\"`, `compiler=\"eager\"`; PyTorch "
-        f"`activation_memory_budget={budget}`); infeasible: fxremat at {infeasible}. Seconds are the least of "
+        f"`activation_memory_budget={budget}`); infeasible: fxremat at {infeasible} and at "
+        f"{infeasible_bytes:,} bytes. Seconds are the least of "
         "the repeats, all runs in one process per model, alternating; memory is the peak of Python "
         "allocations (`tracemalloc`) during one partition.", "",
         "| model | layers | joint nodes | fxremat (s) | PyTorch budget (s) | ratio | PyTorch default (s) | "
-        "infeasible refused (s) | fxremat MB | PyTorch MB | memory ratio |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"refused at {infeasible} (s) | refused at {infeasible_bytes:,} B (s) | fxremat MB | PyTorch MB | "
+        "memory ratio |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         if "error" in r:
@@ -148,7 +155,8 @@ def _markdown(rows: list[dict], meta: dict, budget: float, infeasible: float) ->
         lines.append(
             f"| {r['model']} | {r['layers']} | {r['joint_nodes']:,} | {r['fxremat_s']:.2f} | "
             f"{r['pytorch_budget_s']:.2f} | {r['fxremat_over_pytorch_budget']:.2f}x | {r['pytorch_default_s']:.2f} | "
-            f"{r['fxremat_infeasible_s']:.2f} | {r['fxremat_peak_python_bytes'] / 2**20:.0f} | "
+            f"{r['fxremat_infeasible_s']:.2f} | {r['fxremat_infeasible_bytes_s']:.2f} | "
+            f"{r['fxremat_peak_python_bytes'] / 2**20:.0f} | "
             f"{r['pytorch_budget_peak_python_bytes'] / 2**20:.0f} | {r['memory_ratio']:.2f}x |")
     return "\n".join(lines) + "\n"
 
@@ -159,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="*", default=[], help="frontier models (bench/frontier_models.py)")
     parser.add_argument("--budget", type=float, default=0.5)
     parser.add_argument("--infeasible", type=float, default=0.05)
+    parser.add_argument("--infeasible-bytes", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--out", default=os.path.join(results_io.ROOT, "bench", "results", "cpu"))
     parser.add_argument("--name", default="plan_time")
@@ -170,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     specs = [dict(model="transformer", layers=n) for n in args.layers] + [dict(model=m, layers=0) for m in args.models]
     rows = []
     for spec in specs:
-        spec.update(budget=args.budget, infeasible=args.infeasible, repeat=args.repeat)
+        spec.update(budget=args.budget, infeasible=args.infeasible, infeasible_bytes=args.infeasible_bytes,
+                    repeat=args.repeat)
         done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
                               capture_output=True, text=True)
         if done.returncode != 0:
@@ -180,9 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: v for k, v in rows[-1].items() if not k.endswith("_all_s")}), flush=True)
     meta = results_io.metadata()
     results_io.write_json(os.path.join(args.out, f"{args.name}.json"),
-                          {"budget": args.budget, "infeasible": args.infeasible, "rows": rows})
-    results_io.write_text(os.path.join(args.out, f"{args.name}.md"), _markdown(rows, meta, args.budget,
-                                                                                 args.infeasible))
+                          {"budget": args.budget, "infeasible": args.infeasible,
+                           "infeasible_bytes": args.infeasible_bytes, "rows": rows})
+    results_io.write_text(os.path.join(args.out, f"{args.name}.md"),
+                          _markdown(rows, meta, args.budget, args.infeasible, args.infeasible_bytes))
     return 0
 
 

@@ -56,9 +56,9 @@ def partition(
     mincut_plan.plan.budget_bytes = budget
     over = budget is not None and peak > budget
     floor = mincut_plan.plan.timeline.end_bytes  # what every plan keeps to the end of the step
-    if over and options.memory_budget.fraction is None and budget < floor:
-        # A fraction under the floor may still be a graph no plan gets much below its
-        # min-cut plan (``_unreachable``: it keeps that plan); only the search can tell.
+    if over and budget < floor and (options.memory_budget.fraction is None or _tradeable(ctx, mincut_plan)):
+        # A fraction under the floor of a graph no plan gets much below its min-cut plan
+        # keeps that plan (``_unreachable``): the search below finds out.
         raise below_floor(options, ctx.graph_id, budget, floor)
     solver = SOLVERS[options.solver]
     if over:
@@ -96,6 +96,17 @@ def context(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
     static = {primals[i] for i in (static_lifetime_input_indices or []) if i < len(primals)}
     return Context(joint, classes, num_fwd_outputs, static, options, graph_id,
                    {n.name: n for n in joint.graph.nodes}, {n.name for n in classes.inputs}, banned, problem)
+
+
+def _tradeable(ctx: Context, mincut_plan: Candidate) -> bool:
+    """Does some plan predict meaningfully less than the min-cut plan (less than
+    ``UNTRADEABLE`` of it)? The lean saved set's plan (fewest bytes saved) is asked: one
+    min-cut and one light candidate, where a search probes dozens. False: maybe not."""
+    import dataclasses
+
+    saved, banned = mincut_strategy.lean(ctx)
+    lean = mincut_strategy.candidate(dataclasses.replace(ctx, banned=banned), saved, 0.0)
+    return lean.peak < UNTRADEABLE * mincut_plan.peak
 
 
 def _plan_within(ctx: Context, solver, mincut_plan: Candidate, budget: int, over: bool) -> Candidate:

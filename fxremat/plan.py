@@ -103,11 +103,14 @@ def below_floor(options: Options, graph_id: str, budget: int, floor: int) -> Bud
     to the end of the step (the parameter gradients, the outputs the caller holds), which
     no recomputation frees. Found without searching: a budget that no plan can meet is
     refused at once."""
+    asked = options.memory_budget
+    fraction = (f", or a fraction of at least {floor * asked.fraction / max(budget, 1):.3f}"
+                if asked.fraction is not None else "")
     return BudgetError(
-        f"fxremat: memory_budget={options.memory_budget.describe(budget)} is below the floor of graph {graph_id}: "
+        f"fxremat: memory_budget={asked.describe(budget)} is below the floor of graph {graph_id}: "
         f"the parameter gradients and outputs every plan keeps to the end of the step take {format_bytes(floor)} "
-        f"alone, whatever is recomputed. Allowed: a budget of at least {floor} bytes (the least-memory plan may "
-        f"need more).", floor)
+        f"alone, whatever is recomputed. Allowed: a budget of at least {floor} bytes{fraction} (the least-memory "
+        f"plan may need more).", floor)
 
 
 def over_budget(plan: Plan, options: Options, least: int, solvers: str) -> BudgetError:

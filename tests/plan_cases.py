@@ -3,7 +3,7 @@
 predicted for both compilers. A change that should keep plans identical is checked
 against ``tests/fixtures/plans.json``; a change that means to alter plans re-records it:
 
-    python tests/plan_cases.py --write
+    python tests/plan_cases.py --write [CASE_ID ...]   (only those cases, when named)
 """
 
 from __future__ import annotations
@@ -105,10 +105,18 @@ def record(case) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if argv != ["--write"]:
+    if not argv or argv[0] != "--write":
         print(__doc__)
         return 2
-    data = {"torch": torch.__version__, "plans": {case_id(c): record(c) for c in cases()}}
+    only = set(argv[1:])  # case ids to record again; the others keep their recorded plans
+    unknown = only - {case_id(c) for c in cases()}
+    if unknown:
+        raise SystemExit(f"no such cases: {sorted(unknown)}")
+    old = json.loads(FIXTURE.read_text()) if only else {}
+    recorded = old.get("plans", {})
+    data = {**{k: v for k, v in old.items() if k not in ("torch", "plans")}, "torch": torch.__version__,
+            "plans": {case_id(c): record(c) if not only or case_id(c) in only else recorded[case_id(c)]
+                      for c in cases()}}
     FIXTURE.parent.mkdir(parents=True, exist_ok=True)
     FIXTURE.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     print(f"wrote {len(data['plans'])} cases to {FIXTURE}")

@@ -178,3 +178,15 @@ def test_paired_ab_compiles_both_in_one_process_and_pairs_their_rounds(tmp_path)
     ratios = sorted(f / p for f, p in zip(fx["step_s"], peer["step_s"]))
     assert result["paired_ratio_median"] == ratios[1]
     assert "paired ratio" in done.stdout
+
+
+def test_plan_time_bench_runs_and_reports(tmp_path):
+    """``bench/plan_time.py`` on a 1-layer transformer: a row per model with both planners'
+    times and memory, and the Markdown table."""
+    plan_time = _bench("plan_time")
+    assert plan_time.main(["--layers", "1", "--repeat", "1", "--out", str(tmp_path), "--name", "t"]) == 0
+    data = json.loads((tmp_path / "t.json").read_text())
+    (row,) = data["rows"]
+    assert row["joint_nodes"] > 0 and row["fxremat_s"] > 0 and row["pytorch_budget_s"] > 0
+    assert row["fxremat_peak_python_bytes"] > 0 and row["fxremat_infeasible_bytes_result"]["error"] == "BudgetError"
+    assert "| transformer | 1 |" in (tmp_path / "t.md").read_text()

@@ -140,3 +140,9 @@ def test_a_byte_budget_under_the_floor_is_refused_at_once(monkeypatch):
     plans = _plan(models.make_transformer, kwargs, {"memory_budget": least_error.least_bytes})
     assert plans[-1].predicted_peak_bytes <= least_error.least_bytes
     assert plans[-1].timeline.end_bytes == floor_error.least_bytes
+    # A fraction under the floor, on a graph whose lean plan trades memory: refused at once too.
+    searched.clear()
+    with pytest.raises(Exception) as caught:
+        _plan(models.make_transformer, dict(batch=4, seq=32, layers=3), {"memory_budget": 0.01})
+    fraction_error = getattr(caught.value, "inner_exception", None) or caught.value
+    assert "floor" in str(fraction_error) and "or a fraction of at least" in str(fraction_error) and not searched
