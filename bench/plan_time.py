@@ -150,10 +150,10 @@ def _markdown(rows: list[dict], meta: dict, budget: float, infeasible: float, in
     ]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['model']} | {r['layers']} | failed: {r['error'][:80]} |")
+            lines.append(f"| {r['model']} | {r['layers'] or 'small'} | failed: {r['error'][:80]} |")
             continue
         lines.append(
-            f"| {r['model']} | {r['layers']} | {r['joint_nodes']:,} | {r['fxremat_s']:.2f} | "
+            f"| {r['model']} | {r['layers'] or 'small'} | {r['joint_nodes']:,} | {r['fxremat_s']:.2f} | "
             f"{r['pytorch_budget_s']:.2f} | {r['fxremat_over_pytorch_budget']:.2f}x | {r['pytorch_default_s']:.2f} | "
             f"{r['fxremat_infeasible_s']:.2f} | {r['fxremat_infeasible_bytes_s']:.2f} | "
             f"{r['fxremat_peak_python_bytes'] / 2**20:.0f} | "
