@@ -117,15 +117,21 @@ def test_auto_uses_mincut_when_it_fits_and_rotor_otherwise():
 
 
 def test_impossible_budget_names_the_minimum_and_the_minimum_works():
-    with pytest.raises(Exception) as err:
-        _grads_and_plan(models.make_transformer, TRANSFORMER, {"memory_budget": 0.02})
-    message = str(err.value)
+    fraction = 0.02
+    for _ in range(2):  # under the graph's floor the error names the floor at once; at it, the minimum
+        with pytest.raises(Exception) as err:
+            _grads_and_plan(models.make_transformer, TRANSFORMER, {"memory_budget": fraction})
+        message = str(err.value)
+        if "below the floor" not in message:
+            break
+        fraction = round(float(message.split("a fraction of at least ")[1].split(" ")[0]) + 1e-3, 3)
     assert "minimum feasible budget" in message
     least = int(message.split("at least ")[1].split(" bytes")[0])
     # The message says which peak the fraction is of and what it resolved to, and the
     # least fraction it names is the least bytes over that peak.
     unconstrained = _kib(message.split("predicted peak (")[1].split(")")[0])
-    assert _kib(message.split("), i.e. ")[1].split(",")[0]) == pytest.approx(0.02 * unconstrained, rel=1e-3)
+    # (the peak is printed to 3 or 4 digits)
+    assert _kib(message.split("), i.e. ")[1].split(",")[0]) == pytest.approx(fraction * unconstrained, rel=5e-3)
     least_fraction = float(message.split("a fraction of at least ")[1].split(" ")[0])
     assert least_fraction == pytest.approx(least / 2**10 / unconstrained, abs=2e-3)
     _, plan, _ = _grads_and_plan(models.make_transformer, TRANSFORMER, {"memory_budget": least})
