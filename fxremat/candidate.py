@@ -199,4 +199,3 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
         **extra,
     )
     return Candidate(fwd, bwd, plan, list(saved))
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from . import _compat
+from . import _compat, lite
 from .passes.memory import Timeline
 
 
@@ -36,7 +36,7 @@ def place_recomputations(bwd: fx.GraphModule, forward_names: set[str]) -> fx.Gra
             stack.append((current, True))
             pending = sorted((a for a in current.all_input_nodes if a not in emitted), key=position.__getitem__)
             stack.extend((a, False) for a in pending)
-    if hasattr(graph, "reorder"):  # a light graph (``lite``)
+    if isinstance(graph, lite.Graph):
         graph.reorder(order)
     else:
         for before, after in zip(order, order[1:]):

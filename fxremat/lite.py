@@ -137,7 +137,7 @@ class Graph:
 
     def _name(self, candidate: str) -> str:
         name, k = candidate, 0
-        while name in self._names:  # FX numbers a taken name the same way (``_Namespace``)
+        while name in self._names:  # unique, as FX's are (its numbering differs: names are only keys here)
             k += 1
             name = f"{candidate}_{k}"
         self._names.add(name)

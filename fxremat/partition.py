@@ -16,6 +16,7 @@ Read top to bottom, ``partition`` is the pipeline:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from typing import Any
@@ -102,8 +103,6 @@ def _tradeable(ctx: Context, mincut_plan: Candidate) -> bool:
     """Does some plan predict meaningfully less than the min-cut plan (less than
     ``UNTRADEABLE`` of it)? The lean saved set's plan (fewest bytes saved) is asked: one
     min-cut and one light candidate, where a search probes dozens. False: maybe not."""
-    import dataclasses
-
     saved, banned = mincut_strategy.lean(ctx)
     lean = mincut_strategy.candidate(dataclasses.replace(ctx, banned=banned), saved, 0.0)
     return lean.peak < UNTRADEABLE * mincut_plan.peak
