@@ -58,8 +58,43 @@ def _cheap_fusible() -> frozenset:
     return frozenset(found)
 
 
-def _overload(node: fx.Node):
-    return node.target if isinstance(node.target, torch._ops.OpOverload) else None
+# Flags of an op, found once per op: the planners ask these of every node many times
+# (the timeline of one 16-layer transformer plan asks ``is_view`` some 30,000 times), and
+# hashing an ``OpOverload`` runs Python code, so ops are looked up by ``id``.
+_VIEW, _FUSIBLE, _POINTWISE, _REDUCTION, _SEEDED, _RANDOM_PRIM, _COMPUTE_INTENSIVE = (1 << i for i in range(7))
+_flags_by_id: dict[int, tuple[object, int]] = {}  # id(target) -> (target, flags); the target kept alive
+
+
+def _flags(node: fx.Node) -> int:
+    if node.op != "call_function":
+        return 0
+    target = node.target
+    entry = _flags_by_id.get(id(target))
+    if entry is None or entry[0] is not target:
+        entry = _flags_by_id[id(target)] = (target, _op_flags(target))
+    return entry[1]
+
+
+def _op_flags(op) -> int:
+    if not isinstance(op, torch._ops.OpOverload):
+        return 0
+    tags = op.tags
+    flags = 0
+    if op.is_view or op.overloadpacket is aten._unsafe_view:
+        flags |= _VIEW  # _unsafe_view shares storage at run time though its schema does not say so
+    if torch.Tag.pointwise in tags:
+        flags |= _POINTWISE
+    if torch.Tag.reduction in tags:
+        flags |= _REDUCTION
+    if torch.Tag.nondeterministic_seeded in tags:
+        flags |= _SEEDED
+    if op in _random_prims():
+        flags |= _RANDOM_PRIM
+    if op.overloadpacket in _compute_intensive():
+        flags |= _COMPUTE_INTENSIVE
+    if (flags & (_POINTWISE | _REDUCTION)) or op.is_view or op.overloadpacket in _cheap_fusible():
+        flags |= _FUSIBLE
+    return flags
 
 
 def is_random(node: fx.Node) -> bool:
@@ -67,19 +102,12 @@ def is_random(node: fx.Node) -> bool:
     ops are tagged nondeterministic_seeded for their dropout; with ``dropout_p == 0``
     (inference, or models built without attention dropout, as most LLMs are) they
     draw nothing and recompute exactly."""
-    op = _overload(node)
-    if op is None:
-        return False
-    if op in _random_prims():
+    flags = _flags(node)
+    if flags & _RANDOM_PRIM:
         return True
-    if not _seeded(op):
+    if not flags & _SEEDED:
         return False
-    return _dropout_p(node, op) != 0.0
-
-
-@functools.lru_cache(maxsize=None)
-def _seeded(op) -> bool:
-    return torch.Tag.nondeterministic_seeded in op.tags
+    return _dropout_p(node, node.target) != 0.0
 
 
 def _dropout_p(node: fx.Node, op) -> float | None:
@@ -96,13 +124,7 @@ def _dropout_p(node: fx.Node, op) -> float | None:
 def is_view(node: fx.Node) -> bool:
     """Returns an alias of its first input: by schema, or ``_unsafe_view`` (which shares
     storage at run time though its schema does not say so)."""
-    op = _overload(node)
-    return op is not None and _view_op(op)
-
-
-@functools.lru_cache(maxsize=None)
-def _view_op(op) -> bool:
-    return op.is_view or op.overloadpacket is aten._unsafe_view
+    return bool(_flags(node) & _VIEW)
 
 
 def is_getitem(node: fx.Node) -> bool:
@@ -110,18 +132,15 @@ def is_getitem(node: fx.Node) -> bool:
 
 
 def is_pointwise(node: fx.Node) -> bool:
-    op = _overload(node)
-    return op is not None and torch.Tag.pointwise in op.tags
+    return bool(_flags(node) & _POINTWISE)
 
 
 def is_reduction(node: fx.Node) -> bool:
-    op = _overload(node)
-    return op is not None and torch.Tag.reduction in op.tags
+    return bool(_flags(node) & _REDUCTION)
 
 
 def is_compute_intensive(node: fx.Node) -> bool:
-    op = _overload(node)
-    return op is not None and op.overloadpacket in _compute_intensive()
+    return bool(_flags(node) & _COMPUTE_INTENSIVE)
 
 
 def is_fusible(node: fx.Node) -> bool:
@@ -129,21 +148,9 @@ def is_fusible(node: fx.Node) -> bool:
     nearly free)? Random ops are excluded: recomputing them would draw new numbers."""
     if node.op != "call_function":
         return False
-    if is_getitem(node):
+    if node.target is operator.getitem:
         return is_fusible(node.args[0]) if isinstance(node.args[0], NODES) else False
-    op = _overload(node)
-    return op is not None and _fusible_op(op) and not is_random(node)
-
-
-@functools.lru_cache(maxsize=None)
-def _fusible_op(op) -> bool:
-    # Per op overload, cached: the planners ask this of every node many times.
-    return (
-        torch.Tag.pointwise in op.tags
-        or torch.Tag.reduction in op.tags
-        or op.is_view
-        or op.overloadpacket in _cheap_fusible()
-    )
+    return bool(_flags(node) & _FUSIBLE) and not is_random(node)
 
 
 def fusible_pair(producer: fx.Node, user: fx.Node) -> bool:

@@ -16,10 +16,12 @@ Read top to bottom, ``partition`` is the pipeline:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import time
 import warnings
-from typing import Any
+from typing import Any, Iterator
 
 import torch.fx as fx
 
@@ -48,6 +50,32 @@ def partition(
     """Inductor's partition step (``custom_partitioner_fn``): the forward and backward graphs
     of the joint graph ``joint`` under ``options``, and the ``Plan`` that made them. Raises
     ``BudgetError`` when no solver's plan fits ``options.memory_budget``."""
+    with _heap_frozen():
+        return _partition(joint, num_fwd_outputs, options, static_lifetime_input_indices)
+
+
+@contextlib.contextmanager
+def _heap_frozen() -> Iterator[None]:
+    """Python's collector leaves alone what was alive before planning (``gc.freeze``).
+
+    Planning allocates many small objects (light graphs, timeline steps), so the
+    collector runs often, and its full collections walked the whole compiling process:
+    Dynamo's and AOTAutograd's objects, fake tensors (16-layer transformer through
+    Inductor: 2.6 s of an 11 s plan). What planning makes and drops is still collected.
+    A process that froze objects itself (``gc.get_freeze_count()``) is left as it is:
+    unfreezing would undo its freeze."""
+    if gc.get_freeze_count() or not gc.isenabled():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
+               static_lifetime_input_indices: list[int] | None) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
     started = time.perf_counter()
     _compat.register_torch_log(log.name)  # TORCH_LOGS="fxremat": each plan's summary, at INFO
     ctx = context(joint, num_fwd_outputs, options, static_lifetime_input_indices)

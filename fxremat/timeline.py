@@ -15,7 +15,7 @@ import torch
 import torch.fx as fx
 
 from . import _compat, oplib
-from .aliasing import readers
+from .aliasing import is_alias, readers
 from .lite import NODES
 from .passes.memory import Step, Timeline, simulate
 from .sizes import flat_tensors, is_multi_output, node_bytes, storage_of, tensor_bytes
@@ -60,19 +60,22 @@ def _copied_view(view: fx.Node) -> bool:
     return True
 
 
-def _inlinable(node: fx.Node) -> bool:
+def _inlinable(node: fx.Node, memo: Inlining | None = None) -> bool:
     """Could Inductor compute this value inside its readers' kernels? A pointwise value
     (not a reduction, view or multi-output op) all of whose readers are fusible with it
     and in the same graph (graph outputs and inputs of library kernels are written), or
-    read it through a view Inductor may copy for them (``_copied_view``)."""
+    read it through a view Inductor may copy for them (``_copied_view``). ``memo``: an
+    ``Inlining`` whose per-node answers are reused."""
+    memo = memo or Inlining()
     if node.op != "call_function" or is_multi_output(node) or oplib.is_reduction(node):
         return False
-    if not oplib.is_fusible(node) or oplib.is_view(node) or oplib.is_getitem(node):
+    if not memo.fusible(node) or oplib.is_view(node) or oplib.is_getitem(node):
         return False
     if folded_mm(node) is not None:
         return False  # computed as addmm, a library call
-    readers = _readers(node, copies=False)
-    return len(readers) > 0 and all(r.op == "call_function" and (oplib.fusible_pair(node, r) or _copied_view(r))
+    readers = memo.readers(node)
+    return len(readers) > 0 and all(r.op == "call_function" and ((memo.fusible(node) and memo.fusible(r))
+                                                                 or memo.copied_view(r))
                                     for r in readers)
 
 
@@ -105,16 +108,40 @@ class Inlining:
         self._limits: dict[str, dict[str, int]] = {}
         self._inlinable: dict[fx.Node, bool] = {}
         self._copies: set[fx.Node] = set()  # views written as copies of an inlined base
+        # Per-node answers the decisions ask many times (a value's, then each reader's).
+        self._fusible: dict[fx.Node, bool] = {}
+        self._copied_view: dict[fx.Node, bool] = {}
+        self._readers: dict[fx.Node, list[fx.Node]] = {}
+
+    def fusible(self, node: fx.Node) -> bool:
+        """``oplib.is_fusible``, memoized."""
+        found = self._fusible.get(node)
+        if found is None:
+            found = self._fusible[node] = oplib.is_fusible(node)
+        return found
+
+    def copied_view(self, node: fx.Node) -> bool:
+        """``_copied_view``, memoized."""
+        found = self._copied_view.get(node)
+        if found is None:
+            found = self._copied_view[node] = _copied_view(node)
+        return found
+
+    def readers(self, node: fx.Node) -> list[fx.Node]:
+        """``_readers(node, copies=False)``, memoized."""
+        found = self._readers.get(node)
+        if found is None:
+            found = self._readers[node] = readers(node, self.copied_view)
+        return found
 
     def fused_away(self, node: fx.Node) -> bool:
         return self._get(node)[0]
 
     def copied(self, view: fx.Node) -> bool:
         """Is this view written to a buffer of its own (``_copied_view``, base inlined)?"""
-        base = view.args[0] if view.args and isinstance(view.args[0], NODES) else None
-        if base is None or not _copied_view(view):
-            return False
-        self._get(base)
+        if not self.copied_view(view):
+            return False  # (a copied view has a base node: _copied_view)
+        self._get(view.args[0])
         return view in self._copies
 
     def _get(self, node: fx.Node):
@@ -132,9 +159,10 @@ class Inlining:
         return self._info[node]
 
     def _candidate(self, n: fx.Node) -> bool:
-        if n not in self._inlinable:
-            self._inlinable[n] = _inlinable(n)
-        return self._inlinable[n]
+        found = self._inlinable.get(n)
+        if found is None:
+            found = self._inlinable[n] = _inlinable(n, self)
+        return found
 
     def _decide(self, n: fx.Node):
         if n.op == "call_function" and oplib.is_view(n):
@@ -158,8 +186,8 @@ class Inlining:
             self._limits[device] = _compat.inductor_realize_thresholds(device)
         limit = self._limits[device]
         nops = len(ops) + len(loads)  # Inductor counts loads as ops too
-        several = len(_readers(n, copies=False)) > 1
-        copies = [u for u in n.users if _copied_view(u)]
+        several = len(self.readers(n)) > 1
+        copies = [u for u in n.users if self.copied_view(u)]
         written = (len(loads) > limit["acc_reads"] or nops > limit["max_ops"]
                    or (several and (heavy or len(loads) > limit["reads"] or nops > limit["ops"]))
                    or (copies and len(big_loads) > 1))  # realize_hint: see _copied_view
@@ -246,7 +274,9 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     folded = set(addmms.values())
     preallocated: set[fx.Node] = set()
     deferred: dict[str, int] = {}  # constants not yet made: storage -> bytes
+    base_of: dict[fx.Node, str | None] = {}  # storage_of of each node seen, which its views share
     for node in gm.graph.nodes:
+        base = base_of[node] = _storage_of(node, base_of)
         if node.op == "placeholder":
             storage[node] = f"{phase}:{node.name}:relaid" if node in pending_copies else rename.get(node.name)
             needs[node] = frozenset([storage[node]] if storage[node] else [])
@@ -256,7 +286,6 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         if node.op == "output":
             continue
         reads = frozenset().union(*(needs.get(a, frozenset()) for a in node.all_input_nodes))
-        base = storage_of(node)
         allocates: dict[str, int] = {}
         if fusion and inlining.copied(node):
             # a view Inductor copies to a buffer of its own, its base inlined (_copied_view)
@@ -328,9 +357,17 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                 copies += 1 if len(mask) > 1 and mask[1] else 0
             allocates[f"{phase}:{node.name}:workspace"] = copies * node_bytes(weight)
         # Inductor writes in place only from kernels it generates, not library calls.
-        in_place = fusion and oplib.is_fusible(node) and node not in addmms
+        in_place = fusion and inlining.fusible(node) and node not in addmms
         steps.append(Step(node.name, allocates=allocates, reads=sorted(reads), phase=phase, in_place=in_place))
     return steps, {n.name: s for n, s in storage.items()}
+
+
+def _storage_of(node: fx.Node, seen: dict[fx.Node, str | None]) -> str | None:
+    """``sizes.storage_of(node)``, reading an alias's base off ``seen`` (the storages of
+    the nodes before it): one step, not a walk down the chain of views."""
+    if node.args and isinstance(node.args[0], NODES) and is_alias(node):
+        return seen[node.args[0]] if node.args[0] in seen else storage_of(node)
+    return node.name if flat_tensors(node.meta.get("val")) else None  # no alias: its own storage
 
 
 def _output_nodes(gm: fx.GraphModule) -> list[fx.Node]:
