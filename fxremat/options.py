@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from .strategies import SOLVERS as _REGISTRY
@@ -35,16 +38,35 @@ class OptionError(ValueError):
     """A user option is unknown or has a value fxremat does not accept."""
 
 
+# What a float budget means: the one wording, the README's, for every message.
+FRACTION = "a fraction of the unconstrained (min-cut) plan's predicted peak"
+BUDGET_FORMS = f"bytes (an int, or a string with a unit such as '6GiB'), or a float in (0, 1]: {FRACTION}"
+
+
 def parse_bytes(text: str) -> int:
-    """``"6GiB"`` -> 6442450944, ``"500MB"`` -> 500000000, ``"1024"`` -> 1024."""
+    """``"6GiB"`` -> 6442450944, ``"500MB"`` -> 500000000, ``"1024"`` -> 1024.
+
+    A string is bytes. What reads as a fraction ("0.5", "50%") raises ``OptionError``
+    with the float to write instead."""
+    percent = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*%\s*", text)
+    if percent:
+        raise OptionError(f"memory_budget={text!r}: a fraction is given as a float, memory_budget="
+                          f"{float(percent.group(1)) / 100:g} ({FRACTION}); a string is bytes")
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
     unit = match.group(2).upper() if match else None
     if not match or unit not in _UNITS:
         raise OptionError(
             f"memory_budget={text!r}: expected a number of bytes with an optional unit "
-            f"(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. '6GiB' or '500MB'"
+            f"(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. '6GiB' or '500MB', or a float in (0, 1]: {FRACTION}"
         )
-    value = float(match.group(1)) * _UNITS[unit]
+    number = float(match.group(1))
+    if not unit and number < 1:
+        raise OptionError(f"memory_budget={text!r}: a string is bytes; for {FRACTION}, give the float "
+                          f"memory_budget={number:g}, not a string")
+    if not unit and not number.is_integer():
+        raise OptionError(f"memory_budget={text!r}: bytes without a unit are a whole number, e.g. "
+                          f"'{int(number)}'; for a fraction give a float in (0, 1]")
+    value = number * _UNITS[unit]
     if value < 1:
         raise OptionError(f"memory_budget={text!r}: a budget must be at least 1 byte")
     return int(value)
@@ -83,27 +105,26 @@ def format_bytes(nbytes: int) -> str:
 
 
 def parse_budget(value: Any) -> Budget | None:
+    """The ``memory_budget`` option: bytes (an int, NumPy's too, or a string with a unit) or
+    a float in (0, 1] (``FRACTION``); None for none. Raises ``OptionError``."""
     if value is None:
         return None
     if isinstance(value, bool):
-        raise OptionError(f"memory_budget={value!r}: expected bytes (int), a size string such as '6GiB', or a fraction in (0, 1]")
-    if isinstance(value, int):
+        raise OptionError(f"memory_budget={value!r}: expected {BUDGET_FORMS}")
+    if isinstance(value, numbers.Integral):
         if value <= 0:
             raise OptionError(f"memory_budget={value}: a byte budget must be a positive integer")
-        return Budget(bytes=value)
-    if isinstance(value, float):
-        if not 0.0 < value <= 1.0:
-            raise OptionError(
-                f"memory_budget={value!r}: a float is a fraction of the unconstrained plan's "
-                "activation memory and must lie in (0, 1]; give bytes as an int or a string such as '6GiB'"
-            )
+        return Budget(bytes=int(value))
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        if not 0.0 < value <= 1.0:  # nan and inf too
+            hint = (f"; for bytes give an int, memory_budget={int(value)}" if math.isfinite(value) and value > 1
+                    and value.is_integer() else "; bytes are an int or a string such as '6GiB'")
+            raise OptionError(f"memory_budget={value!r}: a float is {FRACTION} and must lie in (0, 1]{hint}")
         return Budget(fraction=value)
     if isinstance(value, str):
         return Budget(bytes=parse_bytes(value))
-    raise OptionError(
-        f"memory_budget={value!r} ({type(value).__name__}): expected bytes (int), "
-        "a size string such as '6GiB', or a fraction in (0, 1]"
-    )
+    raise OptionError(f"memory_budget={value!r} ({type(value).__name__}): expected {BUDGET_FORMS}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,9 +145,20 @@ class Options:
     hold_outputs: bool = True
 
     @classmethod
-    def from_user(cls, options: dict[str, Any] | None = None, mode: str | None = None) -> "Options":
-        options = dict(options or {})
+    def from_user(cls, options: Mapping[str, Any] | None = None, mode: str | None = None) -> "Options":
+        if options is None:
+            options = {}
+        if not isinstance(options, Mapping):
+            hint = {str: ", not a string: options={'memory_budget': 0.5}",
+                    list: ", not a list of pairs: options=dict(pairs)",
+                    tuple: ", not a tuple of pairs: options=dict(pairs)"}.get(type(options), "")
+            raise OptionError(f"options={options!r} ({type(options).__name__}): expected a dict of fxremat "
+                              f"options{hint}")
+        options = dict(options)
         known = {f.name for f in dataclasses.fields(cls)}
+        not_names = [k for k in options if not isinstance(k, str)]
+        if not_names:
+            raise OptionError(f"fxremat option names are strings, got {not_names!r}; allowed: {sorted(known)}")
         unknown = sorted(set(options) - known)
         if unknown:
             raise OptionError(

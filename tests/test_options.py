@@ -38,6 +38,35 @@ def test_bad_options_name_the_option_and_what_is_allowed(options, fragment):
     assert fragment in str(err.value)
 
 
+@pytest.mark.parametrize("options, fragments", [
+    ("memory_budget=0.5", ["options='memory_budget=0.5'", "not a string"]),
+    ([("memory_budget", 0.5)], ["(list)", "dict(pairs)"]),
+    ((("memory_budget", 0.5),), ["(tuple)", "dict(pairs)"]),
+    ({1: 0.5}, ["option names are strings", "memory_budget"]),
+    ({"memory_budget": "0.5"}, ["memory_budget='0.5'", "memory_budget=0.5", "predicted peak"]),
+    ({"memory_budget": "50%"}, ["memory_budget='50%'", "memory_budget=0.5", "predicted peak"]),
+    ({"memory_budget": "1.5"}, ["memory_budget='1.5'", "whole number"]),
+    ({"memory_budget": 2.0}, ["memory_budget=2.0", "unconstrained (min-cut) plan's predicted peak", "(0, 1]",
+                              "memory_budget=2"]),
+    ({"memory_budget": 6e9}, ["memory_budget=6000000000"]),
+    ({"memory_budget": float("nan")}, ["memory_budget=nan", "(0, 1]"]),
+    ({"memory_budget": float("inf")}, ["memory_budget=inf", "(0, 1]"]),
+    ({"memory_budget": True}, ["memory_budget=True", "'6GiB'", "(0, 1]"]),
+    ({"memory_budget": [1]}, ["memory_budget=[1] (list)", "'6GiB'"]),
+])
+def test_malformed_options_say_what_to_write(options, fragments):
+    with pytest.raises(OptionError) as err:
+        Options.from_user(options)
+    for fragment in fragments:
+        assert fragment in str(err.value), (fragment, str(err.value))
+
+
+def test_numpy_numbers_are_budgets():
+    np = pytest.importorskip("numpy")
+    assert Options.from_user({"memory_budget": np.int64(1000)}).memory_budget.bytes == 1000
+    assert Options.from_user({"memory_budget": np.float64(0.5)}).memory_budget.fraction == 0.5
+
+
 def test_bad_option_raises_through_torch_compile():
     f = torch.compile(lambda x: x.sin(), backend="fxremat", options={"budget": 1})
     with pytest.raises(Exception, match="unknown fxremat option"):
