@@ -14,8 +14,7 @@ import inspect
 import os
 import operator
 import re
-import threading
-from typing import Any, Callable, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import torch
 import torch.fx as fx
@@ -485,38 +484,3 @@ def register_torch_log(name: str) -> None:
         pass
     log.addHandler(handler)
     log.propagate = False
-
-
-# --- CPython: calls across the frame data stack's chunk boundary ----------------------
-
-_T = TypeVar("_T")
-
-
-def on_fresh_stack(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
-    """``fn(*args, **kwargs)`` on a thread of its own, waited for: its result, or what it raised.
-
-    CPython keeps a thread's frames in chunks of memory. A loop whose calls cross from one
-    chunk into the next allocates and frees a chunk at every call (CPython issue gh-142183,
-    "Calls across stack chunks perform badly"; fixed in 3.14 and backported to 3.13 in 2026,
-    not in 3.11 or 3.12). Inductor calls the partitioner deep in torch.compile's stack, where
-    the planner's loops sat on such a boundary: the same plan of a 16-layer transformer took
-    10-12 s there and 5-6 s from a shallow stack (CPython 3.11). A new thread's stack is
-    shallow. The planner reads no thread-local torch state (no fake mode, no tracing context);
-    the current CUDA device is carried over for ``cost_model="measured"``'s kernels."""
-    device = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            if device is not None:
-                torch.cuda.set_device(device)
-            outcome["value"] = fn(*args, **kwargs)
-        except BaseException as error:  # noqa: BLE001 (raised again in the caller's thread)
-            outcome["error"] = error
-
-    worker = threading.Thread(target=run, name="fxremat-planner", daemon=True)  # daemon: Ctrl-C is not held up
-    worker.start()
-    worker.join()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]

@@ -147,15 +147,3 @@ def test_a_byte_budget_under_the_floor_is_refused_at_once(monkeypatch):
     fraction_error = getattr(caught.value, "inner_exception", None) or caught.value
     assert "floor" in str(fraction_error) and "or a fraction of at least" in str(fraction_error) and not searched
 
-
-def test_planning_runs_on_a_fresh_stack_and_raises_in_the_caller():
-    """``_compat.on_fresh_stack``: the planner's thread (CPython gh-142183) hands back its
-    result, and what it raises is raised in the caller's thread."""
-    import threading
-
-    from fxremat import _compat
-
-    assert _compat.on_fresh_stack(lambda a, b=0: (threading.current_thread().name, a + b), 1, b=2) == \
-        ("fxremat-planner", 3)
-    with pytest.raises(KeyError, match="missing"):
-        _compat.on_fresh_stack(lambda: {}["missing"])
