@@ -146,4 +146,3 @@ def test_a_byte_budget_under_the_floor_is_refused_at_once(monkeypatch):
         _plan(models.make_transformer, dict(batch=4, seq=32, layers=3), {"memory_budget": 0.01})
     fraction_error = getattr(caught.value, "inner_exception", None) or caught.value
     assert "floor" in str(fraction_error) and "or a fraction of at least" in str(fraction_error) and not searched
-
