@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -104,9 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, nargs="*", default=[4, 16])
     parser.add_argument("--budget", type=float, default=0.5)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--out", default=os.path.join(results_io.ROOT, "bench", "results", "cpu"))
-    parser.add_argument("--name", default="first_call")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    results_io.add_output_arguments(parser, "first_call")
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(_child(json.loads(args.child))))
@@ -116,13 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.repeat):
             for mode in (("torch", "fxremat") if i % 2 == 0 else ("fxremat", "torch")):
                 spec = {"layers": layers, "mode": mode, "budget": args.budget, "run": i}
-                done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
-                                      capture_output=True, text=True)
-                if done.returncode != 0:
-                    lines = done.stderr.strip().splitlines()
-                    rows.append({**spec, "error": lines[-1] if lines else "failed"})
-                else:
-                    rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+                rows.append(results_io.run_child(__file__, spec))
                 print(json.dumps(rows[-1]), flush=True)
     meta = results_io.metadata()
     results_io.write_json(os.path.join(args.out, f"{args.name}.json"), {"budget": args.budget, "rows": rows})

@@ -34,7 +34,6 @@ import argparse
 import copy
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -169,9 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--infeasible", type=float, default=0.05)
     parser.add_argument("--infeasible-bytes", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=2)
-    parser.add_argument("--out", default=os.path.join(results_io.ROOT, "bench", "results", "cpu"))
-    parser.add_argument("--name", default="plan_time")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
+    results_io.add_output_arguments(parser, "plan_time")
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(_child(json.loads(args.child))))
@@ -181,12 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     for spec in specs:
         spec.update(budget=args.budget, infeasible=args.infeasible, infeasible_bytes=args.infeasible_bytes,
                     repeat=args.repeat)
-        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
-                              capture_output=True, text=True)
-        if done.returncode != 0:
-            rows.append({**spec, "error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed"})
-        else:
-            rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        rows.append(results_io.run_child(__file__, spec))
         print(json.dumps({k: v for k, v in rows[-1].items() if not k.endswith("_all_s")}), flush=True)
     meta = results_io.metadata()
     results_io.write_json(os.path.join(args.out, f"{args.name}.json"),

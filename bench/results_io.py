@@ -1,8 +1,10 @@
-"""Writing benchmark results: the one place the bench scripts write their JSON and text files.
+"""Writing benchmark results (the one place the bench scripts write their JSON and text files),
+and running a bench script's measured child in a fresh process.
 
     import results_io
     results_io.write_json("bench/results/cpu/x.json", {"rows": rows})   # + the run's metadata
     results_io.write_text("bench/results/cpu/x.md", markdown)
+    row = results_io.run_child(__file__, spec)      # the script again, with --child, in a fresh process
 
 Every results file carries the same metadata (:func:`metadata`): the command, the date, torch,
 Python, the machine and CPU, the CPU count and the git state of the measured code.
@@ -14,10 +16,12 @@ script can import this before ``fxremat`` (``bench/frontier.py`` chooses where t
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 
@@ -120,3 +124,24 @@ def write_text(path: str, text: str) -> None:
     _make_folder(path)
     with open(path, "w") as f:
         f.write(text)
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    """``--out`` (the results folder, default ``bench/results/cpu``), ``--name`` (the files'
+    stem, default ``name``) and the hidden ``--child`` (a spec as JSON: ``run_child``'s)."""
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "cpu"))
+    parser.add_argument("--name", default=name)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+
+
+def run_child(script: str, spec: dict) -> dict:
+    """``python <script> --child <spec as JSON>`` in a fresh process: the row its last line
+    of output holds, or ``spec`` with its error as ``error``: the last line of its errors that
+    names an exception (Dynamo prints advice after the exception it wraps), else the last."""
+    done = subprocess.run([sys.executable, os.path.abspath(script), "--child", json.dumps(spec)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines()
+        named = [line for line in lines if re.match(r"[\w.]*(Error|Exception)\b", line)]
+        return {**spec, "error": (named or lines or ["failed"])[-1]}
+    return json.loads(done.stdout.strip().splitlines()[-1])

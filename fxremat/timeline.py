@@ -21,12 +21,6 @@ from .passes.memory import Step, Timeline, simulate
 from .sizes import flat_tensors, is_multi_output, node_bytes, storage_of, tensor_bytes
 
 
-def _readers(node: fx.Node, copies: bool = True) -> list[fx.Node]:
-    """``aliasing.readers``; ``copies=False``: not through the views Inductor would copy
-    (``_copied_view``), which read ``node`` as one more pointwise reader."""
-    return readers(node, None if copies else _copied_view)
-
-
 # Library ops whose inputs Inductor lays out with the strides the graph recorded
 # (``GraphLowering.run_node``'s ``need_fixed_layout``).
 _FIXED_LAYOUT = frozenset({torch.ops.aten.mm.default, torch.ops.aten._int_mm.default,
@@ -60,13 +54,12 @@ def _copied_view(view: fx.Node) -> bool:
     return True
 
 
-def _inlinable(node: fx.Node, memo: Inlining | None = None) -> bool:
+def _inlinable(node: fx.Node, memo: Inlining) -> bool:
     """Could Inductor compute this value inside its readers' kernels? A pointwise value
     (not a reduction, view or multi-output op) all of whose readers are fusible with it
     and in the same graph (graph outputs and inputs of library kernels are written), or
-    read it through a view Inductor may copy for them (``_copied_view``). ``memo``: an
+    read it through a view Inductor may copy for them (``_copied_view``). ``memo``: the
     ``Inlining`` whose per-node answers are reused."""
-    memo = memo or Inlining()
     if node.op != "call_function" or is_multi_output(node) or oplib.is_reduction(node):
         return False
     if not memo.fusible(node) or oplib.is_view(node) or oplib.is_getitem(node):
@@ -128,7 +121,8 @@ class Inlining:
         return found
 
     def readers(self, node: fx.Node) -> list[fx.Node]:
-        """``_readers(node, copies=False)``, memoized."""
+        """``aliasing.readers``, not through the views Inductor would copy (``_copied_view``):
+        those read ``node`` as one more pointwise reader. Memoized."""
         found = self._readers.get(node)
         if found is None:
             found = self._readers[node] = readers(node, self.copied_view)
@@ -237,7 +231,7 @@ def folded_mm(add: fx.Node) -> fx.Node | None:
             continue
         if not _expandable(tuple(inp.meta["val"].shape), tuple(mm.meta["val"].shape)):
             continue
-        if inp.meta["val"].device.type != "cpu" and all(oplib.is_pointwise(r) for r in _readers(add)):
+        if inp.meta["val"].device.type != "cpu" and all(oplib.is_pointwise(r) for r in readers(add)):
             continue  # should_prefer_unfused_addmm: kept as mm + a pointwise add on GPU
         return mm
     return None
@@ -249,7 +243,7 @@ def _lazy_constant(node: fx.Node) -> bool:
     return (node.op == "call_function" and oplib.is_fusible(node) and not oplib.is_random(node)
             and isinstance(node.meta.get("val"), torch.Tensor)
             and not any(isinstance(a.meta.get("val"), torch.Tensor) for a in node.all_input_nodes)
-            and all(r.op == "call_function" for r in _readers(node)))
+            and all(r.op == "call_function" for r in readers(node)))
 
 
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default

@@ -190,3 +190,25 @@ def test_plan_time_bench_runs_and_reports(tmp_path):
     assert row["joint_nodes"] > 0 and row["fxremat_s"] > 0 and row["pytorch_budget_s"] > 0
     assert row["fxremat_peak_python_bytes"] > 0 and row["fxremat_infeasible_bytes_result"]["error"] == "BudgetError"
     assert "| transformer | 1 |" in (tmp_path / "t.md").read_text()
+
+
+@pytest.mark.inductor
+def test_first_call_bench_times_both_modes(tmp_path):
+    """``bench/first_call.py`` on a 1-layer transformer: plain torch.compile and fxremat each
+    compile in a fresh process, with the parts Dynamo timed, and the Markdown table; a child
+    that fails names its exception (a budget under the least names the BudgetError)."""
+    first_call = _bench("first_call")
+    assert first_call.main(["--layers", "1", "--repeat", "1", "--budget", "0.9", "--out", str(tmp_path),
+                            "--name", "t"]) == 0
+    rows = {r["mode"]: r for r in json.loads((tmp_path / "t.json").read_text())["rows"]}
+    assert set(rows) == {"torch", "fxremat"}
+    for row in rows.values():
+        assert "error" not in row, row
+        assert row["total_s"] > 0 and row["partition_s"] > 0 and row["backward_compile_s"] > 0
+    table = (tmp_path / "t.md").read_text()
+    assert "| 1 | torch.compile |" in table and "| 1 | fxremat 0.9 |" in table
+
+    results_io = _bench("results_io")
+    failed = results_io.run_child(os.path.join(ROOT, "bench", "first_call.py"),
+                                  {"layers": 1, "mode": "fxremat", "budget": 0.05, "run": 0})
+    assert failed["error"].startswith("BudgetError"), failed
