@@ -14,7 +14,8 @@ import inspect
 import os
 import operator
 import re
-from typing import Any, NamedTuple
+import threading
+from typing import Any, Callable, Iterator, NamedTuple, TypeVar
 
 import torch
 import torch.fx as fx
@@ -484,3 +485,88 @@ def register_torch_log(name: str) -> None:
         pass
     log.addHandler(handler)
     log.propagate = False
+
+
+# --- the planner's thread, and real tensors while planning ---------------------------
+
+_T = TypeVar("_T")
+
+
+def on_fresh_stack(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """``fn(*args, **kwargs)`` on a thread of its own, waited for: its result, or what it raised.
+
+    Why: CPython keeps a thread's frames in chunks of memory, and a loop whose calls cross
+    from one chunk into the next allocates and frees a chunk at every call (CPython issue
+    gh-142183; fixed in 3.14 and backported to 3.13 in 2026, not in 3.11 or 3.12). Inductor
+    calls the partitioner deep in torch.compile's stack, where the planner's loops sat on
+    such a boundary: the same plan of a 16-layer transformer took 10-12 s there and 5-6 s
+    from a shallow stack (CPython 3.11). A new thread's stack is shallow.
+
+    The thread is the caller's as far as planning can tell. Carried over: the context
+    variables, Dynamo's thread-local ``TracingContext`` and ``CompileContext`` (with a
+    tracing context, ``Graph.eliminate_dead_code`` may drop unused random ops, as Inductor
+    does; without one it keeps them, and the plan recomputed ``rand``), the active fake mode
+    and Python dispatcher, grad mode, and the current CUDA device."""
+    import contextvars
+
+    try:
+        from torch._guards import _TLS, CompileContext, TracingContext  # noqa: F401 (_TLS: see _dynamo_contexts)
+    except ImportError:  # a torch that keeps them elsewhere: plan on the caller's stack
+        return fn(*args, **kwargs)
+
+    carried = contextvars.copy_context()
+    tracing_context, compiling = TracingContext.try_get(), CompileContext.try_get()
+    fake_mode = torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
+    python_dispatcher = torch._C._dispatch_tls_is_dispatch_key_included(torch._C.DispatchKey.PythonDispatcher)
+    grad = torch.is_grad_enabled()
+    device = torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            with contextlib.ExitStack() as stack:
+                if device is not None:
+                    torch.cuda.set_device(device)
+                stack.enter_context(_dynamo_contexts(tracing_context, compiling))
+                if fake_mode is not None:
+                    stack.enter_context(fake_mode)
+                if python_dispatcher:
+                    stack.enter_context(torch._C._EnablePythonDispatcher())
+                stack.enter_context(torch.set_grad_enabled(grad))
+                outcome["value"] = fn(*args, **kwargs)
+        except BaseException as error:  # noqa: BLE001 (raised again in the caller's thread)
+            outcome["error"] = error
+
+    # daemon: an interrupted caller (Ctrl-C reaches the main thread's join) is not held up
+    worker = threading.Thread(target=carried.run, args=(run,), name="fxremat-planner", daemon=True)
+    worker.start()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+@contextlib.contextmanager
+def _dynamo_contexts(tracing_context: Any, compiling: Any) -> Iterator[None]:
+    """This thread's ``TracingContext`` and ``CompileContext`` set to the given ones. Not
+    ``torch._guards.tracing``: on exit it cleans up the shape environment's stacks, which
+    the caller, still tracing, keeps for its error messages."""
+    from torch._guards import _TLS
+
+    old = getattr(_TLS, "tracing_context", None), getattr(_TLS, "compile_context", None)
+    _TLS.tracing_context, _TLS.compile_context = tracing_context, compiling
+    try:
+        yield
+    finally:
+        _TLS.tracing_context, _TLS.compile_context = old
+
+
+@contextlib.contextmanager
+def real_tensors() -> Iterator[None]:
+    """Real kernels on real tensors, even where torch.compile's fake mode and Python
+    dispatcher are active (the partitioner runs inside both): what ``cost_model="measured"``
+    times must be the device's work, not fake propagation."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily(), torch._C._DisablePythonDispatcher():
+        yield

@@ -25,6 +25,7 @@ import torch
 import torch.fx as fx
 
 from . import oplib
+from ._compat import real_tensors
 from .aliasing import is_alias
 from .devices import _cpu_name, _median_time, _read_json, _write_json, cache_dir
 from .sizes import _hint
@@ -109,7 +110,8 @@ class OpTimer:
             return self.cache[key]
         self.misses += 1
         try:
-            seconds = self._measure(group)
+            with real_tensors():  # the partitioner runs under torch.compile's fake mode
+                seconds = self._measure(group)
         except Exception:  # an op that random inputs do not satisfy: the roofline stands in
             self.failed.append(group[0].name)
             return None

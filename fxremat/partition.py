@@ -51,7 +51,7 @@ def partition(
     of the joint graph ``joint`` under ``options``, and the ``Plan`` that made them. Raises
     ``BudgetError`` when no solver's plan fits ``options.memory_budget``."""
     with _heap_frozen():
-        return _partition(joint, num_fwd_outputs, options, static_lifetime_input_indices)
+        return _compat.on_fresh_stack(_partition, joint, num_fwd_outputs, options, static_lifetime_input_indices)
 
 
 @contextlib.contextmanager

@@ -146,3 +146,33 @@ def test_a_byte_budget_under_the_floor_is_refused_at_once(monkeypatch):
         _plan(models.make_transformer, dict(batch=4, seq=32, layers=3), {"memory_budget": 0.01})
     fraction_error = getattr(caught.value, "inner_exception", None) or caught.value
     assert "floor" in str(fraction_error) and "or a fraction of at least" in str(fraction_error) and not searched
+
+
+def test_planning_runs_on_a_fresh_stack_as_the_caller():
+    """``_compat.on_fresh_stack`` (CPython gh-142183): the planner's thread hands back its
+    result, raises what it raised in the caller's thread, and sees the caller's thread-local
+    state: Dynamo's tracing context (without it the plan recomputed ``rand``), the fake mode,
+    the Python dispatcher and grad mode."""
+    import threading
+
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from fxremat import _compat
+
+    assert _compat.on_fresh_stack(lambda a, b=0: (threading.current_thread().name, a + b), 1, b=2) == \
+        ("fxremat-planner", 3)
+    with pytest.raises(KeyError, match="missing"):
+        _compat.on_fresh_stack(lambda: {}["missing"])
+
+    def state():
+        return (TracingContext.try_get(), torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE),
+                torch._C._dispatch_tls_is_dispatch_key_included(torch._C.DispatchKey.PythonDispatcher),
+                torch.is_grad_enabled())
+
+    fake = FakeTensorMode()
+    context = TracingContext(fake)
+    with tracing(context), fake, torch._C._EnablePythonDispatcher(), torch.no_grad():
+        assert _compat.on_fresh_stack(state) == (context, fake, True, False) == state()
+    assert _compat.on_fresh_stack(state) == (None, None, False, True) == state()
+
