@@ -4,11 +4,13 @@
 
 What a user waits for before the first training step runs: Dynamo, AOTAutograd, the
 partition (PyTorch's default partitioner, or fxremat's planner at ``--budget``) and
-Inductor's compilation of the forward and the backward, then the step itself. Each run
+Inductor's compilation of the forward and the backward, then the step itself. Beside
+them, PyTorch's own budget partitioner at the same budget
+(``torch._functorch.config.activation_memory_budget``): what a budget costs the incumbent. Each run
 is a child process of its own with an empty Inductor cache directory (no FX graph,
 AOTAutograd or kernel cache hit), compiling ``fxremat.models.TransformerStack`` (dim 64,
 4 heads, sequence 64, batch 2: issue #21's model) and timing its first forward and
-backward. The modes alternate (``torch``, ``fxremat``, then ``fxremat``, ``torch``, ...),
+backward. The modes alternate (``torch``, ``torch_budget``, ``fxremat``, then the reverse, ...),
 ``--repeat`` runs each; the table keeps each mode's least total and the times Dynamo
 records for its parts (``torch._dynamo.utils.compilation_time_metrics``): the partition,
 the forward's and the backward's Inductor compilation. Writes ``first_call.json`` and
@@ -37,6 +39,8 @@ PARTS = {
     "backward_compile": ("compile_fx.<locals>.bw_compiler",),
 }
 
+MODES = ("torch", "torch_budget", "fxremat")
+
 
 def _child(spec: dict) -> dict:
     """One first call, in this (fresh) process."""
@@ -54,6 +58,9 @@ def _child(spec: dict) -> dict:
     model, batch = models.make_transformer(batch=2, seq=64, dim=64, layers=spec["layers"])
     if spec["mode"] == "torch":
         compiled = torch.compile(model)
+    elif spec["mode"] == "torch_budget":
+        torch._functorch.config.activation_memory_budget = spec["budget"]
+        compiled = torch.compile(model)
     else:
         compiled = torch.compile(model, backend="fxremat", options={"memory_budget": spec["budget"]})
     started = time.perf_counter()
@@ -67,7 +74,8 @@ def _child(spec: dict) -> dict:
 
 def _markdown(rows: list[dict], meta: dict, budget: float) -> str:
     lines = [
-        f"# First call through Inductor: fxremat at budget {budget} beside plain torch.compile ({meta['date'][:10]})",
+        f"# First call through Inductor: fxremat at budget {budget} beside plain torch.compile and PyTorch's "
+        f"budget partitioner ({meta['date'][:10]})",
         "",
         f"Machine: {meta['cpu']} ({meta['cpus']} CPUs), torch {meta['torch']}, fxremat at {meta['git']['commit'][:10]}. "
         f"Command: `{meta['command']}`.",
@@ -85,7 +93,7 @@ def _markdown(rows: list[dict], meta: dict, budget: float) -> str:
                 if r["mode"] not in best or r["total_s"] < best[r["mode"]]["total_s"]:
                     best[r["mode"]] = r
         base = best.get("torch")
-        for mode in ("torch", "fxremat"):
+        for mode in MODES:
             r = best.get(mode)
             if r is None:
                 lines.append(f"| {layers} | {mode} | failed | | | | |")
@@ -93,7 +101,8 @@ def _markdown(rows: list[dict], meta: dict, budget: float) -> str:
             ratio = f"{r['total_s'] / base['total_s']:.2f}x" if base else ""
             cells = [f"{r[k]:.2f}" if r.get(k) is not None else "" for k in
                      ("partition_s", "forward_compile_s", "backward_compile_s")]
-            label = "torch.compile" if mode == "torch" else f"fxremat {budget}"
+            label = {"torch": "torch.compile", "torch_budget": f"torch.compile, PyTorch's budget {budget}",
+                     "fxremat": f"fxremat {budget}"}[mode]
             lines.append(f"| {layers} | {label} | {r['total_s']:.2f} | {ratio} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
@@ -111,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for layers in args.layers:
         for i in range(args.repeat):
-            for mode in (("torch", "fxremat") if i % 2 == 0 else ("fxremat", "torch")):
+            for mode in (MODES if i % 2 == 0 else MODES[::-1]):
                 spec = {"layers": layers, "mode": mode, "budget": args.budget, "run": i}
                 rows.append(results_io.run_child(__file__, spec))
                 print(json.dumps(rows[-1]), flush=True)

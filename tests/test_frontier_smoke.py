@@ -193,20 +193,21 @@ def test_plan_time_bench_runs_and_reports(tmp_path):
 
 
 @pytest.mark.inductor
-def test_first_call_bench_times_both_modes(tmp_path):
-    """``bench/first_call.py`` on a 1-layer transformer: plain torch.compile and fxremat each
-    compile in a fresh process, with the parts Dynamo timed, and the Markdown table; a child
+def test_first_call_bench_times_every_mode(tmp_path):
+    """``bench/first_call.py`` on a 1-layer transformer: plain torch.compile, PyTorch's budget
+    partitioner and fxremat each compile in a fresh process, with the parts Dynamo timed, and the Markdown table; a child
     that fails names its exception (a budget under the least names the BudgetError)."""
     first_call = _bench("first_call")
     assert first_call.main(["--layers", "1", "--repeat", "1", "--budget", "0.9", "--out", str(tmp_path),
                             "--name", "t"]) == 0
     rows = {r["mode"]: r for r in json.loads((tmp_path / "t.json").read_text())["rows"]}
-    assert set(rows) == {"torch", "fxremat"}
+    assert set(rows) == {"torch", "torch_budget", "fxremat"}
     for row in rows.values():
         assert "error" not in row, row
         assert row["total_s"] > 0 and row["partition_s"] > 0 and row["backward_compile_s"] > 0
     table = (tmp_path / "t.md").read_text()
     assert "| 1 | torch.compile |" in table and "| 1 | fxremat 0.9 |" in table
+    assert "| 1 | torch.compile, PyTorch's budget 0.9 |" in table
 
     results_io = _bench("results_io")
     failed = results_io.run_child(os.path.join(ROOT, "bench", "first_call.py"),
