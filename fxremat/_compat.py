@@ -487,6 +487,25 @@ def register_torch_log(name: str) -> None:
     log.propagate = False
 
 
+def boxed_eager_compiler() -> Callable[[fx.GraphModule, Any], Callable[..., Any]]:
+    """AOTAutograd's compiler that runs a graph as it is, boxed: the generated code takes its
+    inputs as a list and clears it, so each input is freed after its last use (aot_eager's
+    ``boxed_nop``; an Interpreter's ``boxed_run`` where a torch lacks it)."""
+    try:
+        from torch._dynamo.backends.debugging import boxed_nop
+
+        return boxed_nop
+    except ImportError:
+        def interpret(gm: fx.GraphModule, _inputs: Any) -> Callable[..., Any]:
+            def run(args: list) -> Any:
+                return fx.Interpreter(gm).boxed_run(args)
+
+            run._boxed_call = True  # type: ignore[attr-defined]
+            return run
+
+        return interpret
+
+
 # --- the planner's thread, and real tensors while planning ---------------------------
 
 _T = TypeVar("_T")

@@ -90,15 +90,17 @@ def fxremat_backend(gm: fx.GraphModule, example_inputs, options: dict | None = N
 
 def _eager_compile(gm, example_inputs, partitioner):
     """AOTAutograd with fxremat's partitioner and no code generation: the partitioned
-    graphs run op by op. Fast to compile; used by partition-level tests."""
+    graphs run op by op. Fast to compile; used by partition-level tests.
+
+    The graphs take their inputs boxed (a list they clear), so each input is freed after
+    its last use, as in Inductor's code and the predicted timeline. Called with unboxed
+    arguments, a backward held every saved activation to its end: an 8-block MLP measured
+    27% over its prediction, 55% at budget 0.5; boxed, within 16 bytes."""
     from torch._dynamo.backends.common import aot_autograd
-    from torch._functorch.aot_autograd import make_boxed_func
 
-    def nop(graph, _inputs):
-        return make_boxed_func(graph.forward)
-
+    run_boxed = _compat.boxed_eager_compiler()
     backend = aot_autograd(
-        fw_compiler=nop, bw_compiler=nop, partition_fn=partitioner,
+        fw_compiler=run_boxed, bw_compiler=run_boxed, partition_fn=partitioner,
         decompositions=_compat.inductor_decompositions(),
     )
     return backend(gm, example_inputs)

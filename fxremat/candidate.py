@@ -19,6 +19,7 @@ from .passes import mincut
 from .plan import Plan
 from .sizes import describe, is_multi_output, storage_bytes, storage_of
 from .timeline import predict, relaid_inputs
+from .workspace import library_workspace_bytes
 
 log = logging.getLogger("fxremat")  # TORCH_LOGS="fxremat" (or logging) shows it
 PROGRESS_AFTER_S = 3.0  # planning that has taken this long says what it does at INFO, before at DEBUG
@@ -183,7 +184,8 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
                       if n.op == "call_function" and n.name in fwd_names]
     inductor = ctx.options.compiler == "inductor"
     timeline = predict(fwd, bwd, ctx.num_fwd_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor,
-                       hold_outputs=ctx.options.hold_outputs)
+                       hold_outputs=ctx.options.hold_outputs,
+                       workspace=None if inductor else library_workspace_bytes)
     plan = Plan(
         graph_id=ctx.graph_id,
         solver=solver,

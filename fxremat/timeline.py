@@ -11,6 +11,8 @@ returns (kept to the end: they become ``.grad``).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.fx as fx
 
@@ -251,13 +253,15 @@ _CONVOLUTIONS = (torch.ops.aten.convolution.default, _CONV_BACKWARD)
 
 
 def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid: set[str] = frozenset(),
-                 fusion: bool = False, channels_last: bool = False) -> tuple[list[Step], dict[str, str | None]]:
+                 fusion: bool = False, channels_last: bool = False,
+                 workspace: Callable[[fx.Node], int] | None = None) -> tuple[list[Step], dict[str, str | None]]:
     """Steps of one graph, and the storage of each node by name; ``rename`` maps a
     placeholder to the storage it arrives in. Inputs in ``relaid`` are copied to a new
     layout before their first use (Inductor's channels-last convolutions): the copy
     is allocated there, and it is what the graph hands on if the input is saved.
     With ``fusion``, values Inductor fuses away (``Inlining.fused_away``) allocate nothing and
-    their readers keep alive what they were computed from instead."""
+    their readers keep alive what they were computed from instead. ``workspace(node)``: bytes
+    the node's kernel allocates beyond its outputs while it runs (``workspace.py``)."""
     storage: dict[fx.Node, str | None] = {}
     needs: dict[fx.Node, frozenset[str]] = {}  # storages that reading the node's value touches
     steps: list[Step] = []
@@ -350,6 +354,10 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                 mask = node.args[-1] if isinstance(node.args[-1], (list, tuple)) else (True, True, True)
                 copies += 1 if len(mask) > 1 and mask[1] else 0
             allocates[f"{phase}:{node.name}:workspace"] = copies * node_bytes(weight)
+        elif workspace is not None:
+            scratch = workspace(node)
+            if scratch:
+                allocates[f"{phase}:{node.name}:workspace"] = scratch
         # Inductor writes in place only from kernels it generates, not library calls.
         in_place = fusion and inlining.fusible(node) and node not in addmms
         steps.append(Step(node.name, allocates=allocates, reads=sorted(reads), phase=phase, in_place=in_place))
@@ -393,15 +401,19 @@ def relaid_inputs(fwd: fx.GraphModule) -> set[str]:
 
 
 def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
-            relaid: set[str] = frozenset(), fusion: bool = False, hold_outputs: bool = True) -> Timeline:
+            relaid: set[str] = frozenset(), fusion: bool = False, hold_outputs: bool = True,
+            workspace: Callable[[fx.Node], int] | None = None) -> Timeline:
     """``relaid``: forward inputs the compiler copies to another layout (``relaid_inputs``);
     ``fusion``: model Inductor's fusion (values it never writes to memory); ``hold_outputs``:
     the caller keeps the forward's user outputs to the end of the step, else they are
-    released when the forward returns (unless the backward reads them: saved)."""
+    released when the forward returns (unless the backward reads them: saved);
+    ``workspace(node)``: a library kernel's scratch bytes, alive while it runs
+    (``workspace.library_workspace_bytes`` for op-by-op execution)."""
     # Channels-last convolutions (Inductor's layout optimization), even where no input needs a copy.
     channels_last = bool(relaid) or (fusion and any(fwd.graph.find_nodes(op="call_function", target=_CONVOLUTIONS[0]))
                                      and _compat.inductor_relayouts_convolutions(fwd))
-    fwd_steps, fwd_storage = _graph_steps(fwd, "forward", {}, relaid, fusion, channels_last=channels_last)
+    fwd_steps, fwd_storage = _graph_steps(fwd, "forward", {}, relaid, fusion, channels_last=channels_last,
+                                          workspace=workspace)
     # The backward's saved inputs arrive in the storages the forward returned them in.
     fwd_out_args = list(next(iter(fwd.graph.find_nodes(op="output"))).args[0])
     rename = {}
@@ -410,7 +422,8 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
             rename[node.name] = fwd_storage[node.name]
         elif node.name.startswith("tangents"):
             rename[node.name] = f"backward:{node.name}"
-    bwd_steps, bwd_storage = _graph_steps(bwd, "backward", rename, fusion=fusion, channels_last=channels_last)
+    bwd_steps, bwd_storage = _graph_steps(bwd, "backward", rename, fusion=fusion, channels_last=channels_last,
+                                          workspace=workspace)
     bwd_outputs = {bwd_storage[n.name] for n in _output_nodes(bwd) if bwd_storage.get(n.name)}
     user_outputs = {
         s for a in fwd_out_args[:num_user_outputs] if isinstance(a, NODES)

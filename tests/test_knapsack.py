@@ -178,7 +178,7 @@ def test_auto_names_the_knapsacks_least_when_it_is_below_rotors(monkeypatch):
 @pytest.mark.parametrize("make, kwargs, budget", [
     (models.make_gpt, dict(batch=4, seq=64), 0.7),
     (models.make_deep_cnn, dict(batch=4, size=32, depth=6), 0.7),
-    (models.make_unet, dict(batch=2, size=32), 0.9),
+    (models.make_unet, dict(batch=2, size=32), 0.96),  # eager float64: im2col scratch (measured) is much of its peak
     (models.make_padded_gpt, dict(batch=4, seq=64), 0.7),
 ])
 def test_knapsack_plans_of_other_models_fit_and_match_eager(make, kwargs, budget):

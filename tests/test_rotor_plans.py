@@ -35,11 +35,13 @@ def _assert_equal_to_eager(grads, model, batch):
         assert (g - p.grad).abs().max() <= 1e-9 * max(p.grad.abs().max().item(), 1e-3)
 
 
-@pytest.mark.parametrize("make, kwargs", [(models.make_transformer, TRANSFORMER),
-                                          (models.make_deep_cnn, DEEP_CNN)])
-def test_gradients_equal_eager_and_peak_follows_the_budget(make, kwargs):
+# The deep CNN's least budget is higher: in float64 under compiler="eager" its convolutions
+# run CPU's im2col path, whose measured scratch (fxremat.workspace) no plan removes.
+@pytest.mark.parametrize("make, kwargs, least", [(models.make_transformer, TRANSFORMER, 0.5),
+                                                 (models.make_deep_cnn, DEEP_CNN, 0.6)])
+def test_gradients_equal_eager_and_peak_follows_the_budget(make, kwargs, least):
     peaks = []
-    for budget in (1.0, 0.7, 0.5):
+    for budget in (1.0, 0.7, least):
         grads, plan, (model, batch) = _grads_and_plan(make, kwargs, {"memory_budget": budget, "solver": "rotor"})
         assert plan.solver == "rotor" and plan.sequence
         assert plan.predicted_peak_bytes <= plan.budget_bytes
@@ -77,7 +79,7 @@ def test_measured_stage_costs_give_a_correct_plan_and_the_same_plan_again(tmp_pa
     """cost_model="measured": library kernels timed on the device, cached on disk; the
     cache makes planning the same graph again give the same plan."""
     monkeypatch.setenv("FXREMAT_CACHE_DIR", str(tmp_path))
-    options = {"memory_budget": 0.5, "solver": "rotor", "cost_model": "measured"}
+    options = {"memory_budget": 0.6, "solver": "rotor", "cost_model": "measured"}  # 0.6: see DEEP_CNN's least above
     grads, plan, (model, batch) = _grads_and_plan(models.make_deep_cnn, DEEP_CNN, options)
     assert plan.notes["cost_model"] == "measured" and plan.predicted_peak_bytes <= plan.budget_bytes
     _assert_equal_to_eager(grads, model, batch)

@@ -30,8 +30,10 @@ def _least_rotor_plan(monkeypatch, weigh_memory: bool) -> tuple[int, int]:
     budget = 1
     for _ in range(2):  # under the graph's floor the error names the floor at once; at it, the least plan
         torch._dynamo.reset()
-        compiled = torch.compile(model, backend="fxremat", options={"compiler": "eager", "memory_budget": budget,
-                                                                   "solver": "rotor"})
+        # Inductor's timeline (the error comes before any code is generated): under
+        # compiler="eager" the convolutions' measured NCHW layout copies, which no plan
+        # removes, take much of the least plan's peak.
+        compiled = torch.compile(model, backend="fxremat", options={"memory_budget": budget, "solver": "rotor"})
         with pytest.raises(Exception) as err:
             compiled(*batch).backward()
         message = str(err.value)

@@ -1,0 +1,127 @@
+"""Scratch memory of library kernels run op by op (``compiler="eager"``), measured.
+
+A library call can allocate more than its outputs while it runs: on CPU, oneDNN's
+convolution copies a contiguous (NCHW) input, output or gradient to its blocked layout and
+back (a 16-channel 32x32 convolution: one output-sized buffer in the forward, two
+activation-sized ones in the backward), and with a batch of one or in float64 it takes
+another algorithm whose im2col buffer is larger still. Which path a kernel takes depends on
+the library, its version, the shapes and the thread count, so the bytes are measured: each
+distinct call (op, argument shapes, strides and dtypes, other arguments) runs once on
+random inputs of the node's shapes, and what it allocated beyond its outputs is its
+workspace, cached for the process. Inductor's code is modelled in ``timeline.py``
+instead (its convolutions run channels-last, where the copies are weight-sized).
+
+>>> import torch
+>>> from torch.fx.experimental.proxy_tensor import make_fx
+>>> gm = make_fx(lambda x: torch.ops.aten.mm.default(x, x), tracing_mode="fake")(torch.randn(8, 8))
+>>> mm = next(n for n in gm.graph.nodes if n.op == "call_function")
+>>> library_workspace_bytes(mm) >= 0
+True
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import torch
+
+from . import oplib
+from ._compat import real_tensors
+from .aliasing import is_alias
+from .lite import NODES
+from .optimer import _random_like, _spec
+from .sizes import _hint
+
+log = logging.getLogger("fxremat")
+
+_MEASURED: dict[str, int] = {}  # call key -> bytes beyond the outputs
+
+
+def is_library_call(node: Any) -> bool:
+    """An op the eager path runs as one library kernel that may use scratch memory: not a
+    view, item, pointwise or reduction op (those allocate their outputs only), nor a
+    random or factory op, and reading at least one tensor."""
+    return (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+            and not is_alias(node) and not oplib.is_getitem(node) and not oplib.is_fusible(node)
+            and not oplib.is_random(node)
+            and any(isinstance(a.meta.get("val"), torch.Tensor) for a in node.all_input_nodes))
+
+
+def library_workspace_bytes(node: Any) -> int:
+    """Bytes ``node``'s kernel allocates beyond its outputs while it runs, op by op (0 for
+    what is not a library call, ``is_library_call``).
+
+    Parameters: ``node``, a node of a torch.fx or light graph with fake values in ``meta["val"]``.
+    Returns: the measured peak of the call's allocations minus what it returns, on the
+    device of its inputs (CPU: the profiler's allocation events; CUDA: the allocator's peak).
+    A call that does not run on random inputs counts 0, and the log says so.
+    Cost: one run of each distinct call per process."""
+    if not is_library_call(node):
+        return 0
+    key = _key(node)
+    if key not in _MEASURED:
+        try:
+            with real_tensors():  # the partitioner runs under torch.compile's fake mode
+                _MEASURED[key] = _measure(node)
+        except Exception as error:  # noqa: BLE001 (an op random inputs do not satisfy)
+            log.info("fxremat: could not measure the scratch memory of %s (%s: %s); counted as none",
+                     node.target, type(error).__name__, error)
+            _MEASURED[key] = 0
+    return _MEASURED[key]
+
+
+def _key(node: Any) -> str:
+    def arg(a):
+        if isinstance(a, NODES):
+            return _spec(a.meta.get("val"))
+        if isinstance(a, (list, tuple)):
+            return [arg(x) for x in a]
+        if isinstance(a, dict):
+            return {str(k): arg(v) for k, v in sorted(a.items())}
+        return _spec(a)
+
+    return json.dumps([str(node.target), arg(node.args), arg(node.kwargs), torch.get_num_threads()], sort_keys=True)
+
+
+def _measure(node: Any) -> int:
+    generator = torch.Generator().manual_seed(0)
+
+    def value(a):
+        if isinstance(a, NODES):
+            val = a.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                return _random_like(val, val.device, generator)
+            if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                return _hint(val) if isinstance(val, torch.SymInt) else val.node.hint
+            return val
+        if isinstance(a, (list, tuple)):
+            return type(a)(value(x) for x in a)
+        if isinstance(a, dict):
+            return {k: value(v) for k, v in a.items()}
+        return a
+
+    args, kwargs = value(node.args), value(node.kwargs)
+    devices = {a.device for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
+    device = next(iter(devices)) if len(devices) == 1 else torch.device("cpu")
+
+    def call():
+        return node.target(*args, **kwargs)
+
+    call()  # a first call sets up library state (oneDNN primitives) once
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        result = call()
+        torch.cuda.synchronize(device)
+        extra = torch.cuda.max_memory_allocated(device) - torch.cuda.memory_allocated(device)
+        del result
+        return max(extra, 0)
+    from .measure import measure_peak_bytes
+
+    measured = measure_peak_bytes(call)
+    return max(measured["peak_bytes"] - measured["end_bytes"], 0)
+
+
+__all__ = ["is_library_call", "library_workspace_bytes"]
