@@ -11,7 +11,7 @@ returns (kept to the end: they become ``.grad``).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.fx as fx
@@ -250,6 +250,7 @@ def _lazy_constant(node: fx.Node) -> bool:
 
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 _CONVOLUTIONS = (torch.ops.aten.convolution.default, _CONV_BACKWARD)
+_CAT = torch.ops.aten.cat.default
 
 
 def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid: set[str] = frozenset(),
@@ -273,6 +274,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     preallocated: set[fx.Node] = set()
     deferred: dict[str, int] = {}  # constants not yet made: storage -> bytes
     base_of: dict[fx.Node, str | None] = {}  # storage_of of each node seen, which its views share
+    relaid_cats: set[fx.Node] = set()  # concatenations Inductor copies for their convolutions (_relaid_cat)
     for node in gm.graph.nodes:
         base = base_of[node] = _storage_of(node, base_of)
         if node.op == "placeholder":
@@ -334,6 +336,15 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             for s in reads:
                 if s in deferred:
                     allocates[s] = deferred.pop(s)
+        if fusion and channels_last and phase == "backward" and node.target is _CAT and _relaid_cat(node, inlining):
+            # In a backward (where it is recomputed; a forward's is written once, measured),
+            # Inductor writes such a concatenation three times in one kernel: into its
+            # channels-last target, as the value (in the graph's own strides), and into a
+            # channels-last copy for the convolution; each convolution reading it takes a
+            # copy of its own, alive while it runs (issue #27's U-Net: three 14 MB buffers at
+            # the measured peak, in the concatenation's kernel).
+            relaid_cats.add(node)
+            allocates[f"{phase}:{node.name}:concat"] = 2 * node_bytes(node)  # the target and the first copy
         if pending_copies:
             # Inductor writes all its channels-last copies of the graph's inputs in its first
             # kernel (one kernel, before the first convolution), not at each one's first reader.
@@ -353,7 +364,12 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             if node.target is _CONV_BACKWARD:
                 mask = node.args[-1] if isinstance(node.args[-1], (list, tuple)) else (True, True, True)
                 copies += 1 if len(mask) > 1 and mask[1] else 0
-            allocates[f"{phase}:{node.name}:workspace"] = copies * node_bytes(weight)
+            # A channel slice (of a concatenation's gradient, say) is not dense in
+            # channels-last: the library copies it to a dense buffer first (measured on
+            # generated U-Nets: an empty_like the size of the sliced gradient).
+            activations = node.args[:2] if node.target is _CONV_BACKWARD else node.args[:1]
+            copies_bytes = sum(node_bytes(a) for a in activations if _channel_slice(a) or a in relaid_cats)
+            allocates[f"{phase}:{node.name}:workspace"] = copies * node_bytes(weight) + copies_bytes
         elif workspace is not None:
             scratch = workspace(node)
             if scratch:
@@ -362,6 +378,27 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         in_place = fusion and inlining.fusible(node) and node not in addmms
         steps.append(Step(node.name, allocates=allocates, reads=sorted(reads), phase=phase, in_place=in_place))
     return steps, {n.name: s for n, s in storage.items()}
+
+
+def _relaid_cat(cat: fx.Node, inlining: Inlining) -> bool:
+    """A concatenation that a convolution reads and that computes one of its parts in its
+    own kernel (a nearest upsampling, an activation): Inductor lowers it as a pointwise kernel and
+    lays its value out apart from the copies its convolutions read (measured on generated
+    U-Nets and issue #27's; a concatenation of realized values is written once)."""
+    return (any(u.target in _CONVOLUTIONS and cat in (u.args[:2] if u.target is _CONV_BACKWARD else u.args[:1])
+                for u in inlining.readers(cat))
+            and any(a.op == "call_function" and not oplib.is_compute_intensive(a) and not oplib.is_getitem(a)
+                    for a in cat.args[0] if isinstance(a, NODES)))
+
+
+def _channel_slice(node: Any) -> bool:
+    """Is ``node`` a proper slice of a 4-d tensor's channels (``x[:, a:b]``)?"""
+    if not (isinstance(node, NODES) and node.op == "call_function" and node.target is torch.ops.aten.slice.Tensor):
+        return False
+    base, val = node.args[0].meta.get("val"), node.meta.get("val")
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    return (isinstance(val, torch.Tensor) and val.dim() == 4 and dim == 1
+            and isinstance(base, torch.Tensor) and val.shape[1] != base.shape[1])
 
 
 def _storage_of(node: fx.Node, seen: dict[fx.Node, str | None]) -> str | None:
