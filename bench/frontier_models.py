@@ -17,6 +17,9 @@ GPU: GPT-2 small, BERT-base, a 16-layer Llama, ResNet-50/101 at 224², a 4-level
 - ``unet``: ``fxremat.models.UNet`` (long skips across the bottleneck: not a chain).
 - ``vit``: a ViT (patch embedding, class token, pre-LN blocks with SDPA attention).
 - ``mlp``: a deep MLP of Linear + ReLU blocks.
+- ``decoder``: ``fxremat.models.Decoder``, an ordinary decoder-only language model not tuned for
+  fxremat (pre-LN, SDPA causal attention, head tied to the embedding); ``small`` is issue #26's
+  16 layers, width 64, sequence 256, batch 8.
 - ``transformer``: ``fxremat.models.TransformerStack`` (pre-LN blocks with explicit attention,
   whose seq² scores dominate the activations; continuous inputs, mean-squared loss): the
   activation-heavy transformer of issue #4.
@@ -41,7 +44,7 @@ from fxremat.models import Bottleneck  # the ResNet block the tests use too
 
 SCALES = ("tiny", "small", "gpu")
 HF_MODELS = ("gpt2", "bert", "llama")
-MODELS = ("gpt2", "bert", "llama", "resnet50", "resnet101", "unet", "vit", "mlp", "transformer")
+MODELS = ("gpt2", "bert", "llama", "resnet50", "resnet101", "unet", "vit", "mlp", "transformer", "decoder")
 
 
 @dataclasses.dataclass
@@ -102,6 +105,11 @@ SIZES: dict[str, dict[str, dict]] = {
         "tiny": dict(layers=2, dim=64, heads=4, seq=32, batch=2),
         "small": dict(layers=6, dim=128, heads=4, seq=256, batch=4),
         "gpu": dict(layers=24, dim=1024, heads=16, seq=1024, batch=8),
+    },
+    "decoder": {
+        "tiny": dict(layers=2, dim=32, heads=2, seq=32, batch=2, vocab=256),
+        "small": dict(layers=16, dim=64, heads=4, seq=256, batch=8, vocab=256),
+        "gpu": dict(layers=24, dim=1024, heads=16, seq=2048, batch=8, vocab=32000),
     },
     "mlp": {
         "tiny": dict(layers=4, width=32, batch=256, classes=10),
@@ -305,8 +313,15 @@ def make_transformer(layers, dim, heads, seq, batch) -> FrontierModel:
     return FrontierModel(model, data, (model, "blocks"), True, [model.blocks], {})
 
 
+def make_decoder(layers, dim, heads, seq, batch, vocab) -> FrontierModel:
+    from fxremat.models import make_decoder as make
+
+    model, data = make(batch=batch, seq=seq, vocab=vocab, layers=layers, dim=dim, heads=heads)
+    return FrontierModel(model, data, (model, "blocks"), False, [model.blocks], {})
+
+
 _BUILDERS = {
     "gpt2": make_gpt2, "bert": make_bert, "llama": make_llama, "resnet50": make_resnet50,
     "resnet101": make_resnet101, "unet": make_unet, "vit": make_vit, "mlp": make_mlp,
-    "transformer": make_transformer,
+    "transformer": make_transformer, "decoder": make_decoder,
 }

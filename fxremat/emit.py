@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from . import _compat, lite, oplib
+from . import _compat, lite
+from .aliasing import is_alias
 from .chain import Linearization, needed_ops
 from .passes import rotor
 
 
 def _made_where_read(node: fx.Node, free: set[fx.Node]) -> bool:
-    """Free values and views of available values are made where a backward op needs them;
-    anything else must be in the backward already (or saved by the forward)."""
-    return node.op != "placeholder" and (node in free or oplib.is_view(node))
+    """Free values and aliases of available values (views, the items of a ``split``) are
+    made where a backward op needs them; anything else must be in the backward already (or
+    saved by the forward, which saves storages, not aliases)."""
+    return node.op != "placeholder" and (node in free or is_alias(node))
 
 
 def _operations(lin: Linearization, sequence: list[rotor.Op]):

@@ -11,6 +11,7 @@ import math
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 
 class CausalSelfAttention(nn.Module):
@@ -233,8 +234,61 @@ class UNet(nn.Module):
         return F.mse_loss(self.head(h), y)
 
 
+class DecoderBlock(nn.Module):
+    """A pre-LN decoder block with PyTorch's fused causal attention (SDPA)."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.mlp(self.ln2(x))
+
+
+class Decoder(nn.Module):
+    """An ordinary decoder-only language model, written as a user would (not tuned for
+    fxremat): token and position embeddings, pre-LN blocks with SDPA causal attention, a
+    final layer norm and a head tied to the token embedding. ``checkpoint_blocks`` wraps
+    every block in ``torch.utils.checkpoint`` (per-block checkpointing, the peer of issue #26)."""
+
+    def __init__(self, vocab: int = 256, dim: int = 64, heads: int = 4, layers: int = 16, seq: int = 256,
+                 checkpoint_blocks: bool = False):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, dim)
+        self.pos = nn.Embedding(seq, dim)
+        self.blocks = nn.ModuleList(DecoderBlock(dim, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+        self.checkpoint_blocks = checkpoint_blocks
+
+    def forward(self, idx, targets):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            if self.checkpoint_blocks:
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
+        logits = self.ln(x) @ self.tok.weight.t()  # the head tied to the embedding
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+
+
 def make_gpt(batch: int = 8, seq: int = 64, vocab: int = 256, **kw):
     model = GPT(vocab=vocab, seq=seq, **kw)
+    idx = torch.randint(0, vocab, (batch, seq))
+    return model, (idx, torch.roll(idx, -1, dims=1))
+
+
+def make_decoder(batch: int = 8, seq: int = 256, vocab: int = 256, **kw):
+    """Issue #26's decoder: 16 layers, width 64, 4 heads, sequence 256, batch 8 by default."""
+    model = Decoder(vocab=vocab, seq=seq, **kw)
     idx = torch.randint(0, vocab, (batch, seq))
     return model, (idx, torch.roll(idx, -1, dims=1))
 
@@ -298,5 +352,6 @@ ZOO = {
     "unet": make_unet,
     "deep_cnn": make_deep_cnn,
     "gpt": make_gpt,
+    "decoder": make_decoder,
     "padded_gpt": make_padded_gpt,
 }

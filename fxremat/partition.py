@@ -29,7 +29,8 @@ from . import _compat, joint as joint_graph
 from .candidate import Candidate, Context, log
 from .fx_passes import mark_predicted_levels
 from .options import Options, format_bytes
-from .plan import BudgetError, BudgetWarning, Plan, below_floor, graph_fingerprint  # noqa: F401 (re-exported)
+from .floor import graph_floor
+from .plan import BudgetError, BudgetWarning, Plan, below_floor, graph_fingerprint, with_floor  # noqa: F401 (re-exported)
 from .strategies import SOLVERS
 from .strategies import mincut as mincut_strategy
 
@@ -84,8 +85,12 @@ def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
     budget = options.memory_budget.resolve(peak) if options.memory_budget else None
     mincut_plan.plan.budget_bytes = budget
     over = budget is not None and peak > budget
-    floor = mincut_plan.plan.timeline.end_bytes  # what every plan keeps to the end of the step
-    if over and budget < floor and (options.memory_budget.fraction is None or _tradeable(ctx, mincut_plan)):
+    classes = ctx.classes
+    floor = graph_floor(ctx.joint, ctx.input_names, mincut_plan.plan.timeline.end_bytes, forward=classes.forward,
+                        gradients=classes.bwd_outputs,
+                        held=classes.fwd_outputs[:ctx.num_fwd_outputs] if options.hold_outputs else [],
+                        inlines=options.compiler == "inductor")
+    if over and budget < floor.bytes and (options.memory_budget.fraction is None or _tradeable(ctx, mincut_plan)):
         # A fraction under the floor of a graph no plan gets much below its min-cut plan
         # keeps that plan (``_unreachable``): the search below finds out.
         raise below_floor(options, ctx.graph_id, budget, floor)
@@ -94,7 +99,10 @@ def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
         ctx.progress(f"the min-cut plan predicts {format_bytes(peak)}, over the budget of {format_bytes(budget)}: "
                      f"solver {solver.name!r} searches")
     if over or solver.staged:
-        chosen = _plan_within(ctx, solver, mincut_plan, budget if budget is not None else peak, over)
+        try:
+            chosen = _plan_within(ctx, solver, mincut_plan, budget if budget is not None else peak, over)
+        except BudgetError as error:
+            raise with_floor(error, floor) from None
     else:
         chosen = mincut_plan
         chosen.plan.notes["why"] = ("no budget: the min-cut plan" if budget is None else
@@ -102,6 +110,7 @@ def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
                                     f"{format_bytes(budget)})")
     chosen.realize()  # searches score light graphs; the plan chosen gets torch.fx ones
     fwd, bwd, plan = chosen.forward, chosen.backward, chosen.plan
+    plan.notes["floor_bytes"] = floor.bytes
     # Planning builds many candidate graphs: their Python code is made only for the one that runs.
     plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code
     mark_predicted_levels(fwd, bwd, plan.timeline)

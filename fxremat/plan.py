@@ -9,17 +9,20 @@ from typing import Any
 
 import torch.fx as fx
 
+from .floor import Floor
 from .options import Options, format_bytes
 from .passes.memory import Timeline
 
 
 class BudgetError(ValueError):
     """The memory budget cannot be met by the available solvers. ``least_bytes``: the
-    least predicted peak the solver found for the graph, when it got that far."""
+    least predicted peak the solver found for the graph, when it got that far;
+    ``floor_bytes``: the graph's floor (``fxremat.floor``), which no plan goes under."""
 
     def __init__(self, message: str, least_bytes: int | None = None):
         super().__init__(message)
         self.least_bytes = least_bytes
+        self.floor_bytes: int | None = None
 
 
 class BudgetWarning(UserWarning):
@@ -98,19 +101,32 @@ def below_minimum(options: Options, graph_id: str, budget: int, least_bytes: int
         f"Allowed: a budget of at least {least_bytes} bytes{per_graph}{alternative}.", least_bytes)
 
 
-def below_floor(options: Options, graph_id: str, budget: int, floor: int) -> BudgetError:
-    """The error for a byte budget under the graph's floor: the bytes every plan keeps alive
-    to the end of the step (the parameter gradients, the outputs the caller holds), which
-    no recomputation frees. Found without searching: a budget that no plan can meet is
-    refused at once."""
+def below_floor(options: Options, graph_id: str, budget: int, floor: Floor) -> BudgetError:
+    """The error for a byte budget under the graph's floor (``fxremat.floor``): what every
+    plan keeps to the end of the step (the parameter gradients, the outputs the caller
+    holds), or the largest single operation's working set, which no recomputation frees.
+    Found without searching: a budget that no plan can meet is refused at once."""
     asked = options.memory_budget
-    fraction = (f", or a fraction of at least {floor * asked.fraction / max(budget, 1):.3f}"
+    fraction = (f", or a fraction of at least {floor.bytes * asked.fraction / max(budget, 1):.3f}"
                 if asked.fraction is not None else "")
-    return BudgetError(
+    error = BudgetError(
         f"fxremat: memory_budget={asked.describe(budget)} is below the floor of graph {graph_id}: "
-        f"the parameter gradients and outputs every plan keeps to the end of the step take {format_bytes(floor)} "
-        f"alone, whatever is recomputed. Allowed: a budget of at least {floor} bytes{fraction} (the least-memory "
-        f"plan may need more).", floor)
+        f"{floor.describe()}, whatever is recomputed. Allowed: a budget of at least {floor.bytes} bytes{fraction} "
+        f"(the least-memory plan may need more).", floor.bytes)
+    error.floor_bytes = floor.bytes
+    return error
+
+
+def with_floor(error: BudgetError, floor: Floor) -> BudgetError:
+    """``error`` (no plan fits the budget) saying how close its least-memory plan is to the
+    graph's floor, with ``floor_bytes`` set."""
+    if error.floor_bytes is None:
+        error.floor_bytes = floor.bytes
+        closeness = (f" ({error.least_bytes / max(floor.bytes, 1):.2f}x the floor)"
+                     if error.least_bytes is not None else "")
+        error.args = (f"{error.args[0]} No plan can go under the graph's floor of {format_bytes(floor.bytes)}"
+                      f"{closeness}: {floor.describe()}.",)
+    return error
 
 
 def over_budget(plan: Plan, options: Options, least: int, solvers: str) -> BudgetError:

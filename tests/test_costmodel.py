@@ -41,6 +41,23 @@ def test_flops_of_mm_bmm_addmm_conv_match_hand_computation():
     assert costmodel.node_time(conv, PROFILE) >= costmodel.node_flops(conv) / 1e11 + PROFILE.launch_overhead
 
 
+def test_cpu_attention_is_priced_by_its_matmuls():
+    # torch's flop counter has no formula for the CPU's fused attention: priced at one FLOP
+    # an output element, an attention looked free to recompute (issue #26's decoder).
+    b, h, t, d = 2, 4, 32, 16
+    q, k, v = (torch.randn(b, h, t, d, requires_grad=True) for _ in range(3))
+
+    def fwd_bwd(q, k, v):
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return torch.autograd.grad(out.sum(), (q, k, v))
+
+    gm = make_fx(fwd_bwd, tracing_mode="fake")(q, k, v)
+    forward = _node(gm, aten._scaled_dot_product_flash_attention_for_cpu.default)
+    backward = _node(gm, aten._scaled_dot_product_flash_attention_for_cpu_backward.default)
+    assert costmodel.node_flops(forward) == 4 * b * h * t * t * d  # QK^T and PV, causal mask not counted
+    assert costmodel.node_flops(backward) > costmodel.node_flops(forward)
+
+
 def test_pointwise_flops_weigh_transcendentals():
     gm = _trace(lambda x: (x + 1).exp(), torch.randn(10, 10))
     assert costmodel.node_flops(_node(gm, aten.add.Tensor)) == 100

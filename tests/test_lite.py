@@ -135,11 +135,12 @@ def test_a_byte_budget_under_the_floor_is_refused_at_once(monkeypatch):
     with pytest.raises(Exception) as caught:
         _plan(models.make_transformer, kwargs, {"memory_budget": floor_error.least_bytes})
     least_error = getattr(caught.value, "inner_exception", None) or caught.value
-    assert searched and isinstance(least_error, fxremat.BudgetError) and "floor" not in str(least_error)
+    assert searched and isinstance(least_error, fxremat.BudgetError) and "minimum feasible" in str(least_error)
     assert least_error.least_bytes >= floor_error.least_bytes
+    assert least_error.floor_bytes == floor_error.least_bytes and "x the floor" in str(least_error)
     plans = _plan(models.make_transformer, kwargs, {"memory_budget": least_error.least_bytes})
     assert plans[-1].predicted_peak_bytes <= least_error.least_bytes
-    assert plans[-1].timeline.end_bytes == floor_error.least_bytes
+    assert plans[-1].timeline.end_bytes <= floor_error.least_bytes == plans[-1].notes["floor_bytes"]
     # A fraction under the floor, on a graph whose lean plan trades memory: refused at once too.
     searched.clear()
     with pytest.raises(Exception) as caught:

@@ -1,0 +1,165 @@
+"""Issue #26: per-block checkpointing is a plan fxremat's search can return, so its least
+plan needs no more memory; stages are cut where a block's output alone crosses; every
+graph's floor is stated, and no plan predicts under it."""
+
+import copy
+
+import pytest
+import torch
+
+import fxremat
+from fxremat import chain, models
+from fxremat.floor import graph_floor
+from fxremat.measure import measure_peak_bytes
+from fxremat.sizes import node_bytes
+
+from conftest import train_step_matches_eager
+
+DECODER = dict(batch=2, seq=64, layers=4, dim=32, heads=2)
+
+
+def test_narrow_cuts_are_the_valleys_of_the_carried_bytes():
+    # A pre-LN decoder's cuts: the residual stream alone (1) between attention (wider
+    # cuts: the stream and q/k/v) and the MLP (the stream and its 4x hidden).
+    carried = [1, 2, 3, 2, 1, 1, 2, 5, 5, 2, 1, 2, 3, 1]
+    assert chain._narrow_cuts(list(range(len(carried))), carried) == [4, 10]  # the first of a run
+    # A plain CNN's cuts that differ by a batch norm's statistics are no valleys.
+    assert chain._narrow_cuts([0, 1, 2, 3, 4], [1000, 1008, 1000, 1008, 1000]) == []
+
+
+def _least_budget(model, batch, options) -> fxremat.BudgetError:
+    """The BudgetError that names the least feasible budget (after the floor's error)."""
+    budget = 1
+    for _ in range(2):
+        torch._dynamo.reset()
+        with pytest.raises(Exception) as caught:
+            torch.compile(model, backend="fxremat", options={**options, "memory_budget": budget})(*batch).backward()
+        error = getattr(caught.value, "inner_exception", None) or caught.value
+        assert isinstance(error, fxremat.BudgetError)
+        if "below the floor" not in str(error):
+            return error
+        budget = error.least_bytes
+    raise AssertionError(f"no least budget named: {error}")
+
+
+@pytest.mark.inductor
+def test_the_least_plan_needs_less_than_per_block_checkpointing_and_is_exact():
+    # Through Inductor on both sides: per-block checkpointing's measured peak against
+    # fxremat's least feasible budget (found before any code is generated), then fxremat
+    # at per-block checkpointing's peak, measured.
+    torch.manual_seed(0)
+    model, batch = models.make_decoder(**DECODER)
+    ckpt = copy.deepcopy(model)
+    ckpt.checkpoint_blocks = True
+    compiled_ckpt = torch.compile(ckpt)
+
+    def ckpt_step():
+        compiled_ckpt(*batch).backward()
+
+    ckpt_step()
+    ckpt.zero_grad(set_to_none=True)
+    ckpt_peak = measure_peak_bytes(ckpt_step)["peak_bytes"]
+
+    least = _least_budget(model, batch, {})
+    assert least.floor_bytes <= least.least_bytes <= 0.9 * ckpt_peak, str(least)
+
+    torch._dynamo.reset()
+    fxremat.inspect.clear()
+    compiled = torch.compile(model, backend="fxremat", options={"memory_budget": ckpt_peak})
+
+    def step():
+        compiled(*batch).backward()
+
+    step()
+    model.zero_grad(set_to_none=True)
+    measured = measure_peak_bytes(step)["peak_bytes"]
+    plan = fxremat.inspect.plans()[-1]
+    # The README's tolerance for the measured peak: 5% over the budget. (Here it measures
+    # about 1.3% over its prediction: a gap of issue #27's kind, not yet modelled.)
+    assert plan.predicted_peak_bytes <= ckpt_peak and measured <= 1.05 * ckpt_peak
+    assert plan.notes["floor_bytes"] <= plan.predicted_peak_bytes
+
+
+def test_the_least_plan_of_the_decoder_computes_exact_gradients():
+    # float64 doubles every tensor the budget counts: twice the least float32 budget (op by op).
+    torch.manual_seed(0)
+    model, batch = models.make_decoder(**DECODER)
+    least = _least_budget(model, batch, {"compiler": "eager"})
+    torch._dynamo.reset()
+    error = train_step_matches_eager(lambda: models.make_decoder(**DECODER), memory_budget=2 * least.least_bytes)
+    assert error < 1e-10
+
+
+def test_the_decoder_is_cut_where_a_block_output_alone_crosses():
+    torch.manual_seed(0)
+    model, batch = models.make_decoder(**DECODER)
+    stream = DECODER["batch"] * DECODER["seq"] * DECODER["dim"] * 4
+    # Each block has two such cuts (after attention's residual add, after the MLP's).
+    lin = _linearization(model, batch)
+    single = [st for st in lin.stages if len(st.boundary) == 1 and node_bytes(st.boundary[0]) == stream]
+    assert len(single) >= 2 * DECODER["layers"] - 1, [[b.name for b in st.boundary] for st in lin.stages]
+
+
+def _linearization(model, batch):
+    """The chain Rotor plans on for ``model`` (around its traffic-optimal saved set)."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    from fxremat import _compat, partition
+    from fxremat.options import Options
+    from fxremat.strategies import mincut, staged
+
+    found = {}
+
+    def grab(joint, joint_inputs, *, num_fwd_outputs, **_):
+        ctx = partition.context(joint, num_fwd_outputs, Options.from_user({"compiler": "eager"}))
+        traffic = staged.traffic(ctx, mincut.traffic_optimal(ctx))
+        found["lin"], _ = staged.linearize(ctx, traffic.backward, traffic.saved, 64, weigh_memory=True)
+        raise _Done
+
+    backend = aot_autograd(fw_compiler=lambda g, _: g, partition_fn=grab,
+                           decompositions=_compat.inductor_decompositions())
+    torch._dynamo.reset()
+    with pytest.raises(Exception):
+        torch.compile(model, backend=backend)(*batch).backward()
+    return found["lin"]
+
+
+class _Done(Exception):
+    pass
+
+
+@pytest.mark.parametrize("make,solver", [(models.make_transformer, "auto"), (models.make_deep_cnn, "twremat"),
+                                         (models.make_unet, "rotor"), (models.make_decoder, "knapsack")])
+def test_no_plan_predicts_under_the_floor(make, solver):
+    torch.manual_seed(0)
+    model, batch = make(**(DECODER if make is models.make_decoder else {}))
+    for compiler in ("eager", "inductor"):
+        for budget in (None, 0.6, 0.4):
+            torch._dynamo.reset()
+            fxremat.inspect.clear()
+            options = {"compiler": compiler, "solver": solver}
+            if budget is not None:
+                options["memory_budget"] = budget
+            try:
+                torch.compile(model, backend="fxremat", options=options)(*batch).backward()
+            except Exception as caught:
+                error = getattr(caught, "inner_exception", None) or caught
+                assert isinstance(error, fxremat.BudgetError)
+                assert error.floor_bytes is None or error.floor_bytes <= error.least_bytes
+                continue
+            model.zero_grad(set_to_none=True)
+            for plan in fxremat.inspect.plans():
+                assert 0 < plan.notes["floor_bytes"] <= plan.predicted_peak_bytes, (compiler, budget)
+
+
+def test_the_floor_names_the_largest_operation():
+    def f(x, w):
+        return torch.ops.aten.mm.default(x, w)
+
+    gm = torch.fx.symbolic_trace(f)
+    x, w, mm = list(gm.graph.nodes)[:3]
+    x.meta["val"], w.meta["val"], mm.meta["val"] = torch.ones(4, 8), torch.ones(8, 16), torch.ones(4, 16)
+    floor = graph_floor(gm, {"w"}, end_bytes=100)
+    assert floor.bytes == floor.op_bytes == 4 * 8 * 4 + 4 * 16 * 4 and floor.largest_op == "mm_default"
+    assert "largest single operation (mm_default)" in floor.describe()
+    assert graph_floor(gm, {"x", "w"}, end_bytes=1000).describe().startswith("the parameter gradients")
