@@ -109,6 +109,29 @@ must_be_in_backward = _partitioners._must_be_in_backward
 must_be_in_forward = getattr(_partitioners, "_must_be_in_forward", lambda node: False)
 
 
+def dead_code_elimination_keeps_random() -> bool:
+    """Whether ``torch.fx.Graph.eliminate_dead_code`` here keeps unread random ops
+    (``nondeterministic_seeded``: a dead SDPA, dropout). Inside Dynamo's tracing context
+    (every real compile) it removes them unless Inductor's ``fallback_random`` is set;
+    outside it, it keeps them."""
+    if torch._guards.TracingContext.try_get() is not None:
+        return bool(torch._inductor.config.fallback_random)
+    return True
+
+
+def survives_dead_code_elimination(node: fx.Node, keeps_random: bool | None = None) -> bool:
+    """Whether ``torch.fx.Graph.eliminate_dead_code`` keeps ``node`` unread: impure ops do
+    (``keeps_random``: ``dead_code_elimination_keeps_random()`` unless given). The light
+    graphs and Rotor's emitter ask this, so they drop exactly what torch's extractor drops."""
+    if node.op in ("placeholder", "output"):
+        return True
+    if node.op != "call_function":
+        return False
+    if keeps_random is None:
+        keeps_random = dead_code_elimination_keeps_random()
+    return node.is_impure(keeps_random)
+
+
 def fwd_bwd_outputs(joint: fx.GraphModule, num_fwd_outputs: int) -> tuple[list, list]:
     """The joint graph's forward outputs and backward outputs (gradients)."""
     result = _partitioners._extract_fwd_bwd_outputs(joint, num_fwd_outputs=num_fwd_outputs)

@@ -120,7 +120,7 @@ def backward_reads(joint: fx.GraphModule, lin: Linearization, sequence: list[rot
         env[node] = len(copy_key)
         copy_key.append((op_index, node.name))
         copy_inputs.append(inputs)
-        if node.op == "call_function" and (impure(node) if impure else node.is_impure()):
+        if node.op == "call_function" and (impure(node) if impure else _compat.survives_dead_code_elimination(node)):
             roots.append(env[node])
 
     for op_index, nodes in _operations(lin, sequence):

@@ -91,15 +91,17 @@ class Facts:
     which of its arguments hold nodes. One per joint graph (``Context.facts``)."""
 
     def __init__(self) -> None:
-        self._impure: dict[fx.Node, bool] = {}
+        self._impure: dict[tuple[fx.Node, bool], bool] = {}
         self._inputs: dict[fx.Node, list[fx.Node]] = {}
         self._slots: dict[fx.Node, tuple[tuple[int, ...], bool]] = {}
 
     def impure(self, node: fx.Node) -> bool:
-        """``node.is_impure()`` (FX's dead code elimination keeps impure nodes)."""
-        if node not in self._impure:
-            self._impure[node] = node.op == "call_function" and node.is_impure()
-        return self._impure[node]
+        """Whether FX's dead code elimination keeps ``node`` unread (``_compat``'s rule)."""
+        # Keyed by the rule too: it depends on whether Dynamo is tracing.
+        key = (node, _compat.dead_code_elimination_keeps_random())
+        if key not in self._impure:
+            self._impure[key] = node.op == "call_function" and _compat.survives_dead_code_elimination(node, key[1])
+        return self._impure[key]
 
     def inputs(self, node: fx.Node) -> list[fx.Node]:
         """``node.all_input_nodes`` (a property FX computes on every read)."""
