@@ -192,16 +192,22 @@ def _narrow_cuts(candidates: list[int], carried: list[int]) -> list[int]:
 
 def _choose_cuts(candidates: list[int], narrow: list[int], weight: list[float], max_stages: int) -> list[int]:
     """At most ``max_stages`` stages. Without narrow cuts: the first candidate past each
-    1/max_stages of the total weight. With them: every narrow cut (when there are too
-    many, those past each 1/max_stages of the weight), and the cuts left shared among the
+    1/max_stages of the total weight. With them, as many cuts (or the narrow ones, if
+    more): every narrow cut (when there are too many, those past each 1/max_stages of the
+    weight), and the cuts left shared among the
     spans between them by weight (largest remainders), each span cut at the candidates
     nearest equal shares of its weight. Walks the ops in order (lists, so the sums and the
     cuts are the same on every run)."""
     total = sum(weight) or 1.0
+    by_weight = _by_weight(weight, set(candidates), total / max_stages)
     if not narrow:
-        return _by_weight(weight, set(candidates), total / max_stages)
+        return by_weight
     if len(narrow) >= max_stages - 1:
         return _by_weight(weight, set(narrow), total / max_stages)
+    # As many cuts as by weight alone: a stage boundary keeps what crosses it whenever the
+    # stage is stored, so cutting at every candidate of a small graph stores more than
+    # its min-cut plan saves.
+    max_stages = max(len(by_weight), len(narrow)) + 1
     prefix = [0.0]
     for w in weight:
         prefix.append(prefix[-1] + w)
