@@ -38,7 +38,8 @@ def fmt(x, spec: str) -> str:
 CSV_FIELDS = ["model", "name", "kind", "budget", "budget_bytes", "match", "segments", "solver", "status", "peak_mib",
               "rss_peak_mib",
               "baseline_mib", "step_ms", "step_ms_source", "step_ms_isolated", "step_ms_interleaved", "compile_s",
-              "solve_s", "fx_solve_s", "partitions", "fx_solvers", "fx_budget_mib", "fx_predicted_peak_mib", "fx_recomputed_ops",
+              "solve_s", "fx_solve_s", "partitions", "fx_solvers", "fx_budget_mib", "fx_predicted_peak_mib", "fx_floor_mib",
+              "fx_recomputed_ops",
               "loss", "loss_rel_diff_vs_eager", "wall_s", "error"]
 
 
@@ -55,6 +56,7 @@ def _csv_row(r: dict) -> dict:
         row["fx_solvers"] = "/".join(p["solver"] for p in plans)
         row["fx_budget_mib"] = "/".join(str(mib(p["budget_bytes"])) for p in plans)
         row["fx_predicted_peak_mib"] = "/".join(str(mib(p["predicted_peak_bytes"])) for p in plans)
+        row["fx_floor_mib"] = "/".join(str(mib(p.get("floor_bytes"))) for p in plans)
         row["fx_recomputed_ops"] = "/".join(str(p["recomputed_ops"]) for p in plans)
     for k in ("step_ms", "step_ms_isolated", "step_ms_interleaved", "compile_s", "solve_s", "fx_solve_s",
               "loss_rel_diff_vs_eager"):
@@ -223,6 +225,11 @@ def summarize_at_ckpt_blocks(rows: list[dict]) -> dict | None:
                          (f" (lowest: {low['name']} at {low['peak_bytes'] / MIB:.2f} MiB)" if low else " (none ran)"))
     if least is not None and least["status"] == "ok":
         entry["fxremat_min"] = _fx_point(least)
+        # The step's floor: the largest of its graphs' (what no plan of any graph goes under).
+        floors = [p.get("floor_bytes") for p in least.get("fx_plans") or [] if p.get("floor_bytes") is not None]
+        entry["floor_bytes"] = max(floors) if floors else None
+        plans = least.get("fx_plans") or []
+        entry["min_predicted_bytes"] = max((p["predicted_peak_bytes"] for p in plans), default=None)
         if ok_ckpt:
             entry["min_peak_ratio"] = least["peak_bytes"] / ckpt["peak_bytes"]
             entry["min_ratio"] = least["step_ms"] / ckpt["step_ms"]
@@ -329,6 +336,10 @@ def _budget_cell(point: dict | None) -> str:
     return _cell(point) + (f" (budget {budget / MIB:.2f} MiB)" if budget is not None else "")
 
 
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / MIB:.2f}"
+
+
 def _at_ckpt_blocks_markdown(entries: list[dict]) -> list[str]:
     if not entries:
         return []
@@ -342,10 +353,12 @@ def _at_ckpt_blocks_markdown(entries: list[dict]) -> list[str]:
         "fxremat over the memory it was matched to. The ÷ after the PyTorch budget: `fxremat_at_ckpt_blocks`' "
         "step time ÷ that run's. fxremat's budget bounds its *predicted* peak, which may be above or below the "
         "measured one, so the last columns give the fastest fxremat run of any budget whose *measured* peak is "
-        "at most `ckpt_blocks`'.", "",
+        "at most `ckpt_blocks`'. *Floor*: what no plan goes under (`plan.notes[\"floor_bytes\"]`, the largest "
+        "of the step's graphs'); *predicted*: `fxremat_min`'s predicted peak.", "",
         "| model | ckpt_blocks | fxremat_at_ckpt_blocks | ÷ time | ÷ peak | PyTorch budget ≤ ckpt_blocks' peak | "
-        "÷ time | fxremat_min | ÷ peak | ÷ time | fastest fxremat ≤ ckpt_blocks' peak | ÷ time |",
-        "|---|---|---|---:|---:|---|---:|---|---:|---:|---|---:|",
+        "÷ time | fxremat_min | predicted (MiB) | floor (MiB) | ÷ peak | ÷ time | fastest fxremat ≤ ckpt_blocks' peak "
+        "| ÷ time |",
+        "|---|---|---|---:|---:|---|---:|---|---:|---:|---:|---:|---|---:|",
     ]
     for e in entries:
         pt = _cell(e.get("pt_budget")) if e.get("pt_budget") else ("none within it" if e.get("ckpt_blocks") else "-")
@@ -356,6 +369,7 @@ def _at_ckpt_blocks_markdown(entries: list[dict]) -> list[str]:
             f"| {_budget_cell(e.get('fxremat_at')) if e.get('fxremat_at') else 'failed'} "
             f"| {_ratio(e.get('ratio'), bold=True)} | {_ratio(e.get('peak_ratio'), digits=3)} | {pt} | {_ratio(e.get('pt_ratio'))} "
             f"| {_budget_cell(e.get('fxremat_min')) if e.get('fxremat_min') else 'failed'} "
+            f"| {_mib(e.get('min_predicted_bytes'))} | {_mib(e.get('floor_bytes'))} "
             f"| {_ratio(e.get('min_peak_ratio'), bold=True, digits=3)} | {_ratio(e.get('min_ratio'))} "
             f"| {within} | {_ratio(e.get('within_ratio'), bold=True)} |")
     notes = [e for e in entries if e.get("note")]

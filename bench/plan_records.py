@@ -39,4 +39,5 @@ def plan_record(plan) -> dict:
             "predicted_peak_bytes": plan.predicted_peak_bytes,
             "saved_activation_bytes": plan.saved_activation_bytes,
             "recomputed_ops": len(plan.recomputed), "stages": plan.stages,
-            "solve_seconds": getattr(plan, "solve_seconds", None), "why": plan.notes.get("why")}
+            "solve_seconds": getattr(plan, "solve_seconds", None), "why": plan.notes.get("why"),
+            "floor_bytes": plan.notes.get("floor_bytes")}
