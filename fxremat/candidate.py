@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch.fx as fx
 
 from . import _compat, lite
-from .fx_passes import place_recomputations
+from .fx_passes import keep_products_apart, place_recomputations
 from .joint import NodeClasses, graph_device
 from .options import Options
 from .passes import mincut
@@ -174,6 +174,9 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
     for the compiler in the options. ``with_code=False``: the graphs' Python code is filled
     in later, for the candidate chosen only (making it for every candidate is slow); ``lite``
     graphs have none."""
+    if ctx.options.compiler == "inductor":
+        keep_products_apart(fwd)
+        keep_products_apart(bwd)
     bwd_inputs = {n.name for n in bwd.graph.find_nodes(op="placeholder")}
     saved_final = [n for n in saved if n.name in bwd_inputs and not _compat.is_sym_node(n)]  # torch drops unused
     saved_sym = [n for n in saved if n.name in bwd_inputs and _compat.is_sym_node(n)]

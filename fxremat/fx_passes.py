@@ -3,10 +3,12 @@ marking its nodes) and doing one thing."""
 
 from __future__ import annotations
 
+import torch
 import torch.fx as fx
 
 from . import _compat, lite
 from .passes.memory import Timeline
+from .timeline import folded_mm, products_kept_apart
 
 
 def place_recomputations(bwd: fx.GraphModule, forward_names: set[str]) -> fx.GraphModule:
@@ -73,3 +75,22 @@ def mark_predicted_levels(fwd: fx.GraphModule, bwd: fx.GraphModule, timeline: Ti
             live = level.get((phase, node.name))
             if live is not None:
                 node.meta[_compat.LIVE_BYTES_KEY] = (live, timeline.peak_bytes)
+
+
+def keep_products_apart(gm: fx.GraphModule) -> fx.GraphModule:
+    """Each add of ``timeline.products_kept_apart`` (``c + mm(a, b)``, which Inductor would
+    compute as ``addmm`` at the add, holding ``a`` and ``b`` until then) rewritten as
+    ``c - (-1) * mm(a, b)``: Inductor's pattern matches ``aten.add`` only, so the product
+    is written where it is computed and its inputs are freed after their last other
+    reader. Exact: negation and subtracting a negation round as the add does. In place,
+    on torch.fx and light graphs alike (the predictions are made after it)."""
+    kept_apart = products_kept_apart(gm)
+    for add in kept_apart:
+        mm = folded_mm(add)
+        other = add.args[1] if add.args[0] is mm else add.args[0]
+        add.target = torch.ops.aten.sub.Tensor
+        add.args = (other, mm)
+        add.kwargs = {"alpha": -1}
+    if kept_apart and not lite.is_light(gm):
+        gm.recompile()
+    return gm

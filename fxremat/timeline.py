@@ -17,7 +17,7 @@ import torch
 import torch.fx as fx
 
 from . import _compat, oplib
-from .aliasing import is_alias, readers
+from .aliasing import is_alias, readers, storage_node
 from .lite import NODES
 from .passes.memory import Step, Timeline, simulate
 from .sizes import flat_tensors, is_multi_output, node_bytes, storage_of, tensor_bytes
@@ -202,6 +202,34 @@ def _big(node: fx.Node) -> frozenset[str]:
 
 _MM = torch.ops.aten.mm.default
 _ADD = torch.ops.aten.add.Tensor
+
+
+def products_kept_apart(gm: fx.GraphModule) -> list[fx.Node]:
+    """The adds of ``gm`` that ``folded_mm`` says Inductor computes as ``addmm`` though
+    folding would hold the product's inputs well past their other readers: a tied
+    embedding's gradient is the head's ``mm(grad_logits.T, h)`` plus the embedding's own,
+    made at the end of the backward, so the fold held the logits' gradient (batch x
+    sequence x vocabulary) through the whole backward (2.5 MiB of a 16-layer decoder's
+    13.8 MiB least-memory plan). ``fx_passes.keep_products_apart`` rewrites these adds
+    so the product is written where it is computed; kept apart when the inputs freed
+    earlier outweigh the product, and some op runs between their last other reader and
+    the add."""
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    found = []
+    for add in gm.graph.find_nodes(op="call_function", target=_ADD):
+        mm = folded_mm(add)
+        if mm is None:
+            continue
+        held = 0
+        for a in dict.fromkeys(mm.all_input_nodes):
+            base = storage_node(a)
+            # Until the mm (unfolded) or the last other reader of its storage, whichever is later.
+            freed_at = max([position[mm]] + [position[r] for r in readers(base) if r is not mm])
+            if position[add] - freed_at > 1:
+                held += node_bytes(base)
+        if held > node_bytes(mm):
+            found.append(add)
+    return found
 
 
 def _expandable(shape, to) -> bool:

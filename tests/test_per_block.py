@@ -163,3 +163,16 @@ def test_the_floor_names_the_largest_operation():
     assert floor.bytes == floor.op_bytes == 4 * 8 * 4 + 4 * 16 * 4 and floor.largest_op == "mm_default"
     assert "largest single operation (mm_default)" in floor.describe()
     assert graph_floor(gm, {"x", "w"}, end_bytes=1000).describe().startswith("the parameter gradients")
+
+
+@pytest.mark.inductor
+def test_the_tied_heads_gradient_is_kept_apart_through_inductor_exactly():
+    """The head's weight gradient is written where it runs, not folded into an ``addmm`` at
+    the end of the backward (``fx_passes.keep_products_apart``); float64 gradients through
+    Inductor equal eager's."""
+    fxremat.inspect.clear()
+    error = train_step_matches_eager(lambda: models.make_decoder(**DECODER), compiler="inductor",
+                                     memory_budget=0.5)
+    plan = fxremat.inspect.plans()[-1]
+    assert "torch.ops.aten.sub.Tensor" in plan.backward_code and "alpha = -1" in plan.backward_code
+    assert error < 1e-10

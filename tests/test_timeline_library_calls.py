@@ -109,6 +109,42 @@ def test_an_mm_added_to_a_tensor_is_computed_at_the_add_holding_its_operands():
     assert timeline.peak_bytes >= 4 * ONE, timeline.as_records()
 
 
+def test_a_product_added_late_is_kept_apart_exactly_and_frees_its_operands():
+    """``keep_products_apart`` rewrites such an add as ``c - (-1) * mm`` (Inductor folds
+    ``aten.add`` only): the product is written where it runs, the saved ReLU output is
+    freed there, the peak is lower, and the gradients are bit for bit the same."""
+    from fxremat.fx_passes import keep_products_apart
+    from fxremat.timeline import products_kept_apart
+
+    x, w = torch.randn(N, N), torch.randn(N, N)
+    fwd = aten_graph(_forward, x)
+    bwd = aten_graph(_tied_weight_backward, torch.relu(x), w, torch.tensor(1.0))
+    folded = predict(fwd, bwd, 1, fusion=True)
+    args = (torch.relu(x), w, torch.tensor(1.0))
+    before = bwd(*args)[0]
+    assert [n.name for n in products_kept_apart(bwd)] == ["add_tensor"]
+    keep_products_apart(bwd)
+    assert products_kept_apart(bwd) == []
+    kept_apart = predict(fwd, bwd, 1, fusion=True)
+    assert "backward:mm_default" in {s for step in kept_apart.steps for s in step.allocates}
+    assert "forward:relu_default" not in _live_at(kept_apart, "mm_default_2"), kept_apart.as_records()
+    assert kept_apart.peak_bytes < folded.peak_bytes
+    assert torch.equal(bwd(*args)[0], before)
+
+
+def test_a_product_added_at_once_stays_folded():
+    """Nothing runs between the product's inputs' last other reader and the add: the
+    fold holds nothing longer, and ``addmm`` saves writing the product."""
+    from fxremat.timeline import products_kept_apart
+
+    def backward(relu_default, w, tangents_1):
+        g = aten.mul.Tensor(relu_default, tangents_1)
+        return (aten.add.Tensor(aten.mm.default(g, w), relu_default), None)
+
+    x, w = torch.randn(N, N), torch.randn(N, N)
+    assert products_kept_apart(aten_graph(backward, torch.relu(x), w, torch.tensor(1.0))) == []
+
+
 def _unfused_backward(relu_default, w, tangents_1):
     g = aten.mul.Tensor(relu_default, tangents_1)
     wg = aten.mm.default(aten.t.default(g), relu_default)
