@@ -40,7 +40,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from fxremat.models import Bottleneck  # the ResNet block the tests use too
+from fxremat.models import Bottleneck, PreLNBlock  # the blocks the tests use too
 
 SCALES = ("tiny", "small", "gpu")
 HF_MODELS = ("gpt2", "bert", "llama")
@@ -241,24 +241,6 @@ def make_unet(channels, image, batch) -> FrontierModel:
 # --- ViT --------------------------------------------------------------------------------------
 
 
-class ViTBlock(nn.Module):
-    def __init__(self, dim: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.ln1 = nn.LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
-        self.ln2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.proj(y)
-        return x + self.mlp(self.ln2(x))
-
-
 class ViT(nn.Module):
     def __init__(self, layers, dim, heads, patch, image, classes):
         super().__init__()
@@ -266,7 +248,7 @@ class ViT(nn.Module):
         tokens = (image // patch) ** 2 + 1
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
-        self.blocks = nn.Sequential(*(ViTBlock(dim, heads) for _ in range(layers)))
+        self.blocks = nn.Sequential(*(PreLNBlock(dim, heads, causal=False) for _ in range(layers)))
         self.ln = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, classes)
 

@@ -234,12 +234,13 @@ class UNet(nn.Module):
         return F.mse_loss(self.head(h), y)
 
 
-class DecoderBlock(nn.Module):
-    """A pre-LN decoder block with PyTorch's fused causal attention (SDPA)."""
+class PreLNBlock(nn.Module):
+    """A pre-LN transformer block with PyTorch's fused attention (SDPA): causal in a
+    decoder, not in a ViT (``bench/frontier_models.py``)."""
 
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int, causal: bool = True):
         super().__init__()
-        self.heads = heads
+        self.heads, self.causal = heads, causal
         self.ln1 = nn.LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
@@ -249,7 +250,7 @@ class DecoderBlock(nn.Module):
     def forward(self, x):
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, d)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal).transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(y)
         return x + self.mlp(self.ln2(x))
 
@@ -265,7 +266,7 @@ class Decoder(nn.Module):
         super().__init__()
         self.tok = nn.Embedding(vocab, dim)
         self.pos = nn.Embedding(seq, dim)
-        self.blocks = nn.ModuleList(DecoderBlock(dim, heads) for _ in range(layers))
+        self.blocks = nn.ModuleList(PreLNBlock(dim, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(dim)
         self.checkpoint_blocks = checkpoint_blocks
 

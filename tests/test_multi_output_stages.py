@@ -11,36 +11,18 @@ memory_budget=0.5 crashed so.
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from conftest import train_step_matches_eager
 
 import fxremat
 from fxremat import chain, oplib
+from fxremat.models import PreLNBlock
 from fxremat.sizes import is_multi_output
-
-
-class _Block(nn.Module):
-    """A pre-LN ViT block (bench/frontier_models.py's ViTBlock)."""
-
-    def __init__(self, dim: int, heads: int):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.qkv, self.proj = nn.LayerNorm(dim), nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.ln2 = nn.LayerNorm(dim)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        y = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.proj(y)
-        return x + self.mlp(self.ln2(x))
 
 
 class _Blocks(nn.Module):
     def __init__(self, layers: int = 2, dim: int = 64, heads: int = 4):
         super().__init__()
-        self.blocks = nn.Sequential(*(_Block(dim, heads) for _ in range(layers)))
+        self.blocks = nn.Sequential(*(PreLNBlock(dim, heads, causal=False) for _ in range(layers)))  # a ViT's
         self.ln = nn.LayerNorm(dim)
 
     def forward(self, x):
