@@ -226,9 +226,9 @@ def summarize_at_ckpt_blocks(rows: list[dict]) -> dict | None:
     if least is not None and least["status"] == "ok":
         entry["fxremat_min"] = _fx_point(least)
         # The step's floor: the largest of its graphs' (what no plan of any graph goes under).
-        floors = [p.get("floor_bytes") for p in least.get("fx_plans") or [] if p.get("floor_bytes") is not None]
-        entry["floor_bytes"] = max(floors) if floors else None
         plans = least.get("fx_plans") or []
+        floors = [p["floor_bytes"] for p in plans if p.get("floor_bytes") is not None]
+        entry["floor_bytes"] = max(floors) if floors else None
         entry["min_predicted_bytes"] = max((p["predicted_peak_bytes"] for p in plans), default=None)
         if ok_ckpt:
             entry["min_peak_ratio"] = least["peak_bytes"] / ckpt["peak_bytes"]

@@ -192,28 +192,27 @@ def _narrow_cuts(candidates: list[int], carried: list[int]) -> list[int]:
 
 def _choose_cuts(candidates: list[int], narrow: list[int], weight: list[float], max_stages: int) -> list[int]:
     """At most ``max_stages`` stages. Without narrow cuts: the first candidate past each
-    1/max_stages of the total weight. With them, as many cuts (or the narrow ones, if
-    more): every narrow cut (when there are too many, those past each 1/max_stages of the
-    weight), and the cuts left shared among the
-    spans between them by weight (largest remainders), each span cut at the candidates
-    nearest equal shares of its weight. Walks the ops in order (lists, so the sums and the
-    cuts are the same on every run)."""
+    1/max_stages of the total weight. With them, as many cuts as that (or every narrow
+    one, if more): every narrow cut (when there are too many, those past each 1/max_stages
+    of the weight), and the cuts left shared among the spans between them by weight
+    (largest remainders), each span cut at the candidates nearest equal shares of its
+    weight. Walks the ops in order (lists, so the sums and the cuts are the same on every
+    run)."""
     total = sum(weight) or 1.0
     by_weight = _by_weight(weight, set(candidates), total / max_stages)
     if not narrow:
         return by_weight
     if len(narrow) >= max_stages - 1:
         return _by_weight(weight, set(narrow), total / max_stages)
-    # As many cuts as by weight alone: a stage boundary keeps what crosses it whenever the
-    # stage is stored, so cutting at every candidate of a small graph stores more than
+    # No more cuts than by weight alone: a stage boundary keeps what crosses it whenever
+    # the stage is stored, so cutting a small graph at every candidate stores more than
     # its min-cut plan saves.
-    max_stages = max(len(by_weight), len(narrow)) + 1
+    left = max(len(by_weight) - len(narrow), 0)
     prefix = [0.0]
     for w in weight:
         prefix.append(prefix[-1] + w)
     ends = [-1] + narrow + [len(weight) - 1]
     spans = [(lo, hi, [k for k in candidates if lo < k < hi]) for lo, hi in zip(ends, ends[1:])]
-    left = max_stages - 1 - len(narrow)
     quota = [(prefix[hi + 1] - prefix[lo + 1]) / total * left for lo, hi, _ in spans]
     extra = [min(int(q), len(inside)) for q, (_, _, inside) in zip(quota, spans)]
     # Largest remainders first; ties to the earlier span.

@@ -27,7 +27,7 @@ import dataclasses
 import torch.fx as fx
 
 from . import oplib
-from .sizes import flat_tensors, storage_bytes
+from .sizes import flat_tensors, node_bytes, storages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,12 +51,6 @@ class Floor:
                     f"operands and result at once{held}")
         return (f"the parameter gradients and outputs every plan keeps to the end of the step take "
                 f"{format_bytes(self.end_bytes)}")
-
-
-def working_set_bytes(node: fx.Node, input_names: set[str], alive: list[fx.Node] = ()) -> int:
-    """Bytes of ``node``'s operands and result and of ``alive`` (values held while it
-    runs), each storage once, less the step's inputs."""
-    return storage_bytes([node, *node.all_input_nodes, *alive], input_names)
 
 
 def _materializes(node: fx.Node, inlines: bool) -> bool:
@@ -98,7 +92,7 @@ def graph_floor(joint: fx.GraphModule, input_names: set[str], end_bytes: int, *,
     ------
     Nothing.
 
-    Complexity: ``O(V + E)`` plus, per op, the gradients made before it.
+    Complexity: ``O(V + E)``.
 
     Examples
     --------
@@ -113,17 +107,25 @@ def graph_floor(joint: fx.GraphModule, input_names: set[str], end_bytes: int, *,
     256
     """
     grads = {g for g in gradients if isinstance(g, fx.Node)}
-    made: list[fx.Node] = []  # gradients made so far, in graph order
-    backward_alive = [h for h in held if isinstance(h, fx.Node)]
+    # What a backward op runs beside: the held outputs and the gradients made so far, by
+    # storage, kept with their total as the walk goes (not summed again at every op).
+    alive = storages([h for h in held if isinstance(h, fx.Node)], input_names)
+    alive_bytes = sum(map(node_bytes, alive.values()))
     largest, largest_bytes = None, 0
     for node in joint.graph.nodes:
         if _materializes(node, inlines):
-            alive = [] if node in forward else made + backward_alive
-            size = working_set_bytes(node, input_names, alive)
+            own = storages([node, *node.all_input_nodes], input_names)
+            if node in forward:
+                size = sum(map(node_bytes, own.values()))
+            else:
+                size = alive_bytes + sum(node_bytes(b) for name, b in own.items() if name not in alive)
             if size > largest_bytes:
                 largest, largest_bytes = node, size
         if node in grads:
-            made.append(node)
+            for name, b in storages([node], input_names).items():
+                if name not in alive:
+                    alive[name] = b
+                    alive_bytes += node_bytes(b)
     return Floor(max(end_bytes, largest_bytes), end_bytes, None if largest is None else _where(largest), largest_bytes,
                  in_backward=largest is not None and largest not in forward)
 

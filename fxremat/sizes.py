@@ -78,11 +78,16 @@ def storage_of(node: fx.Node) -> str | None:
     return base.name if base is not None else None
 
 
+def storages(nodes, exclude: set[str] = frozenset()) -> dict[str, fx.Node]:
+    """The distinct storages behind ``nodes`` (name -> the node that allocates it), less
+    those of the nodes named in ``exclude`` (the step's inputs)."""
+    return {b.name: b for b in map(storage_node, nodes) if b is not None and b.name not in exclude}
+
+
 def storage_bytes(nodes, exclude: set[str] = frozenset()) -> int:
     """Bytes of the distinct storages behind ``nodes``, less those of the nodes named in
     ``exclude`` (the step's inputs, which saving or carrying does not allocate)."""
-    bases = {b.name: b for b in map(storage_node, nodes) if b is not None and b.name not in exclude}
-    return sum(node_bytes(b) for b in bases.values())
+    return sum(node_bytes(b) for b in storages(nodes, exclude).values())
 
 
 def handed_over_bytes(saved, exclude: set[str] = frozenset()) -> int:

@@ -214,12 +214,13 @@ def products_kept_apart(gm: fx.GraphModule) -> list[fx.Node]:
     so the product is written where it is computed; kept apart when the inputs freed
     earlier outweigh the product, and some op runs between their last other reader and
     the add."""
+    folds = [(add, mm) for add in gm.graph.find_nodes(op="call_function", target=_ADD)
+             for mm in [folded_mm(add)] if mm is not None]
+    if not folds:
+        return []
     position = {n: i for i, n in enumerate(gm.graph.nodes)}
     found = []
-    for add in gm.graph.find_nodes(op="call_function", target=_ADD):
-        mm = folded_mm(add)
-        if mm is None:
-            continue
+    for add, mm in folds:
         held = 0
         for a in dict.fromkeys(mm.all_input_nodes):
             base = storage_node(a)
