@@ -83,7 +83,7 @@ def _child(spec: dict) -> dict:
 
     from fxremat.options import Options
     from fxremat.partition import partition
-    from fxremat.plan import BudgetError
+    from fxremat.plans import BudgetError
 
     warnings.simplefilter("ignore")
     joint, joint_inputs, kw = _capture(spec["model"], spec["layers"])

@@ -33,10 +33,12 @@ _map_source_passes()
 from ._compat import check_torch  # noqa: E402  (fails early on too old a torch)
 from .backend import FxrematPartitioner, fxremat_backend  # noqa: E402
 from .options import OptionError, Options, parse_bytes  # noqa: E402
-from .plan import BudgetError, BudgetWarning, Plan  # noqa: E402
+from .plans import BudgetError, BudgetWarning, Plan  # noqa: E402
 from . import inspect  # noqa: E402
+from .planning import plan_model as plan  # noqa: E402
+from .report import explain  # noqa: E402
 
 __all__ = [
     "BudgetError", "BudgetWarning", "FxrematPartitioner", "OptionError", "Options", "Plan",
-    "check_torch", "fxremat_backend", "inspect", "parse_bytes",
+    "check_torch", "explain", "fxremat_backend", "inspect", "parse_bytes", "plan",
 ]

@@ -17,7 +17,8 @@ import torch.fx as fx
 from . import _compat, inspect
 from .options import Options
 from .partition import partition
-from .plan import BudgetWarning
+from .candidate import log
+from .plans import BudgetWarning
 
 
 @functools.cache
@@ -41,7 +42,10 @@ class FxrematPartitioner(_compat.CustomPartitionerFn):
 
     def __call__(self, gm: fx.GraphModule, joint_inputs, **kwargs: Any):
         fwd, bwd, plan = partition(gm, joint_inputs, options=self.options, **kwargs)
-        inspect.record(plan, self.options.debug_dir)
+        folder = inspect.record(plan, self.options.debug_dir)
+        if folder is not None:
+            log.info("graph %s: plan files in %s; `fxremat explain %s` writes its report", plan.graph_id, folder,
+                     self.options.debug_dir)
         return fwd, bwd
 
     def uuid(self) -> Any:
@@ -55,6 +59,7 @@ class FxrematPartitioner(_compat.CustomPartitionerFn):
 def fxremat_backend(gm: fx.GraphModule, example_inputs, options: dict | None = None, mode: str | None = None):
     """``torch.compile`` backend. ``options`` are fxremat's (see the README)."""
     opts = Options.from_user(options, mode=mode)
+    inspect.compiled()
     partitioner = FxrematPartitioner(opts)
     if opts.compiler == "eager":
         return _eager_compile(gm, example_inputs, partitioner)

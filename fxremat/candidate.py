@@ -13,10 +13,10 @@ import torch.fx as fx
 
 from . import _compat, lite
 from .fx_passes import keep_products_apart, place_recomputations
-from .joint import NodeClasses, graph_device
+from .joint import NodeClasses, graph_device, module_path, recomputed_entry
 from .options import Options
 from .passes import mincut
-from .plan import Plan
+from .plans import Plan
 from .sizes import describe, is_multi_output, storage_bytes, storage_of
 from .timeline import predict, relaid_inputs
 from .workspace import library_workspace_bytes
@@ -106,14 +106,20 @@ class Context:
 
     def estimate(self, candidate: Candidate) -> float:
         """The cost model's seconds for a step of the candidate's graphs (``costmodel.estimate_step``,
-        the model that costs Rotor's stages): one yardstick for plans of different solvers.
+        the model that costs Rotor's stages): one yardstick for plans of different solvers,
+        and the one a plan's ``notes["why"]`` quotes; kept in ``notes["estimated_step_s"]``.
         The roofline reads light graphs (``lite``) as it reads torch.fx ones."""
         from . import costmodel
 
+        known = candidate.plan.notes.get("estimated_step_s")
+        if known is not None:
+            return known
         device, timer = self._device_and_timer()
         if timer is not None or candidate.forward is None:
             candidate.realize()  # measured kernels are built from torch.fx nodes; a released one has none
-        return costmodel.estimate_step(candidate.forward, candidate.backward, device, timer=timer).total_s
+        seconds = costmodel.estimate_step(candidate.forward, candidate.backward, device, timer=timer).total_s
+        candidate.plan.notes["estimated_step_s"] = seconds  # what reports quote: one yardstick
+        return seconds
 
     def _device_and_timer(self):
         """The graph's device, and the timer of ``cost_model="measured"`` (None: the roofline)."""
@@ -183,7 +189,7 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
     check_no_aliasing(saved_final, ctx.input_names)
     fwd_names = {n.name for n in fwd.graph.nodes if n.op == "call_function"}
     if recomputed is None:
-        recomputed = [{"name": n.name, "op": str(n.target)} for n in bwd.graph.nodes
+        recomputed = [recomputed_entry(n, n.name) for n in bwd.graph.nodes
                       if n.op == "call_function" and n.name in fwd_names]
     inductor = ctx.options.compiler == "inductor"
     timeline = predict(fwd, bwd, ctx.num_fwd_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor,
@@ -192,7 +198,8 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
     plan = Plan(
         graph_id=ctx.graph_id,
         solver=solver,
-        saved=[describe(n) for n in saved_final + saved_sym],
+        saved=[{**describe(n), "module": module_path(n), "input": storage_of(n) in ctx.input_names}
+               for n in saved_final + saved_sym],
         saved_activation_bytes=storage_bytes(saved_final, ctx.input_names),
         recomputed=recomputed,
         banned=ctx.banned,

@@ -54,12 +54,28 @@ def build_parser() -> argparse.ArgumentParser:
                       help="fxremat memory_budget: bytes ('24MiB', '1000000') or a fraction of the "
                            "unconstrained plan's peak ('0.9')")
     demo.set_defaults(command_parser=demo)  # for errors found after parsing
+    explain = commands.add_parser(
+        "explain", help="write an HTML report of the plans in a debug_dir (timeline, plan by layer, trade-off)",
+        description="Write report.html for each compiled graph whose plan a debug_dir holds (compile with "
+                    "options={'debug_dir': DIR} and run a step), and an index DIR/report.html. With --model, "
+                    "plan a model first (no training step): a factory 'package.module:function' returning "
+                    "(model, example_inputs).",
+    )
+    explain.add_argument("debug_dir", metavar="DEBUG_DIR", help="the debug_dir the plans were written to")
+    explain.add_argument("--model", metavar="MODULE:FACTORY",
+                         help="plan this model into DEBUG_DIR first: FACTORY() returns (model, example_inputs)")
+    explain.add_argument("--budget", type=_budget, help="with --model: memory_budget (bytes, '6GiB', or a fraction '0.5')")
+    explain.add_argument("--solver", help="with --model: the solver (default auto)")
+    explain.add_argument("--compiler", choices=("inductor", "eager"),
+                         help="with --model: whose memory timeline to plan for (default inductor)")
+    explain.set_defaults(command_parser=explain)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    # args.command == "demo", the only command so far.
+    if args.command == "explain":
+        return _explain(args)
     from .demo import QUICK, DemoConfig, run_demo
 
     settings = dict(QUICK) if args.quick else {}
@@ -69,3 +85,43 @@ def main(argv: list[str] | None = None) -> int:
     if config.dim % config.heads:
         args.command_parser.error(f"--dim {config.dim} is not a multiple of --heads {config.heads}")
     return run_demo(config)
+
+
+def _explain(args) -> int:
+    import sys
+
+    from .report import ExplainError, write_reports
+
+    if args.model is None and any(v is not None for v in (args.budget, args.solver, args.compiler)):
+        args.command_parser.error("--budget, --solver and --compiler go with --model")
+    if args.model is not None:
+        from .planning import plan_model
+
+        options = {k: v for k, v in (("memory_budget", args.budget), ("solver", args.solver),
+                                     ("compiler", args.compiler)) if v is not None}
+        try:
+            model, example_inputs = _factory(args.model)()
+            plan_model(model, example_inputs, {**options, "debug_dir": args.debug_dir})
+        except (ValueError, ImportError, AttributeError, TypeError) as error:
+            print(f"fxremat explain: {error}", file=sys.stderr)
+            return 1
+    try:
+        paths = write_reports(args.debug_dir)
+    except ExplainError as error:
+        print(str(error), file=sys.stderr)
+        return 1
+    print(f"fxremat explain: wrote {len(paths) - 1} graph report(s); open {paths[0]}")
+    return 0
+
+
+def _factory(spec: str):
+    """``package.module:function`` -> the function."""
+    import importlib
+
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"--model {spec!r}: expected 'package.module:function'")
+    factory = getattr(importlib.import_module(module), name)
+    if not callable(factory):
+        raise TypeError(f"--model {spec!r}: {name} is not callable")
+    return factory

@@ -28,7 +28,7 @@ from . import _compat, inspect
 from .measure import measure_peak_bytes, saved_activation_bytes, time_steps
 from .models import make_gpt
 from .options import OptionError, format_bytes
-from .plan import BudgetError
+from .plans import BudgetError
 
 LOSS_RTOL = 1e-4  # fp32; Inductor reorders reductions, so losses agree closely, not bitwise
 LOSS_ATOL = 1e-6

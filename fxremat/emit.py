@@ -11,6 +11,7 @@ import torch.fx as fx
 from . import _compat, lite
 from .aliasing import is_alias
 from .chain import Linearization, needed_ops
+from .joint import recomputed_entry
 from .passes import rotor
 
 
@@ -154,7 +155,7 @@ def emit_backward(template: fx.GraphModule, joint: fx.GraphModule, lin: Lineariz
             missing = sorted(n.name for n in emitter.stand_ins if n.users)
             raise KeyError(f"fxremat rotor: the backward reads {missing}, which the forward does not save")
     graph, emitter = _emit(template, joint, lin, sequence, alive, gradients=outputs)
-    recomputed = [{"name": n.name, "op": str(n.target)} for n in emitter.recomputed if n.op == "call_function"]
+    recomputed = [recomputed_entry(n, emitter.copies[n][1]) for n in emitter.recomputed if n.op == "call_function"]
     reads = {n.name for n in graph.find_nodes(op="placeholder") if n.users}
     module = lite.GraphModule(graph) if lite.is_light(template) else _compat.make_graph_module(template, graph)
     return module, recomputed, reads

@@ -5,6 +5,7 @@ graph as an abstract min-cut problem (``mincut_problem``, solved by ``passes.min
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 
 import torch
@@ -26,6 +27,30 @@ SMALL_REDUCTION_RATIO = 4
 # The lean cut (for budgets the traffic-optimal plan does not fit) prices a saved byte at
 # this many reads: bytes decide, traffic breaks ties.
 LEAN_BYTE_PENALTY = 8.0
+
+
+def module_path(node: fx.Node) -> str:
+    """The dotted path of the innermost ``nn.Module`` whose forward made ``node`` ("blocks.3.attn"),
+    from Dynamo's ``nn_module_stack`` (a backward op's ``fwd_nn_module_stack``: the module
+    whose forward it differentiates); "" for what no module made (inputs, a loss computed
+    in the model's own ``forward``). Reports group a plan by it."""
+    stack = node.meta.get("nn_module_stack") or node.meta.get("fwd_nn_module_stack")
+    if not stack:
+        return ""
+    path = str(list(stack.values())[-1][0])
+    # Dynamo spells a path as Python source: L['self'].blocks.0, or
+    # L['self']._modules['blocks']._modules['0'] on some releases.
+    path = re.sub(r"^L\['self'\]\.?|^L\['[^']*'\]\.?", "", path)
+    path = re.sub(r"\.?_modules\['([^']*)'\]|\['([^']*)'\]|\[(\d+)\]",
+                  lambda m: "." + next(g for g in m.groups() if g is not None), path)
+    return path.lstrip(".")
+
+
+def recomputed_entry(copy: fx.Node, source: str) -> dict:
+    """A plan's record of one op the backward computes again: the copy's name and op, the
+    forward node it copies (``source``: a value recomputed twice has two copies of one
+    source) and its module."""
+    return {"name": copy.name, "op": str(copy.target), "source": source, "module": module_path(copy)}
 
 
 def prepare(joint: fx.GraphModule) -> fx.GraphModule:

@@ -25,13 +25,14 @@ from typing import Any, Iterator
 
 import torch.fx as fx
 
-from . import _compat, joint as joint_graph
+from . import _compat, joint as joint_graph, tradeoff
 from .candidate import Candidate, Context, log
 from .fx_passes import mark_predicted_levels
 from .options import Options, format_bytes
 from .floor import graph_floor
-from .plan import BudgetError, BudgetWarning, Plan, below_floor, graph_fingerprint, with_floor  # noqa: F401 (re-exported)
+from .plans import BudgetError, BudgetWarning, Plan, below_floor, graph_fingerprint, with_floor  # noqa: F401 (re-exported)
 from .strategies import SOLVERS
+from .timeline import step_modules
 from .strategies import mincut as mincut_strategy
 
 # A graph whose least-memory plan predicts at least this fraction of its min-cut plan has
@@ -52,7 +53,8 @@ def partition(
     of the joint graph ``joint`` under ``options``, and the ``Plan`` that made them. Raises
     ``BudgetError`` when no solver's plan fits ``options.memory_budget``."""
     with _heap_frozen():
-        return _compat.on_fresh_stack(_partition, joint, num_fwd_outputs, options, static_lifetime_input_indices)
+        return _compat.on_fresh_stack(_partition, joint, num_fwd_outputs, options, static_lifetime_input_indices,
+                                      joint_inputs)
 
 
 @contextlib.contextmanager
@@ -76,7 +78,8 @@ def _heap_frozen() -> Iterator[None]:
 
 
 def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
-               static_lifetime_input_indices: list[int] | None) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+               static_lifetime_input_indices: list[int] | None, joint_inputs: Any = None
+               ) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
     started = time.perf_counter()
     _compat.register_torch_log(log.name)  # TORCH_LOGS="fxremat": each plan's summary, at INFO
     ctx = context(joint, num_fwd_outputs, options, static_lifetime_input_indices)
@@ -114,6 +117,17 @@ def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
     # Planning builds many candidate graphs: their Python code is made only for the one that runs.
     plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code
     mark_predicted_levels(fwd, bwd, plan.timeline)
+    plan.step_modules = step_modules(fwd, bwd, plan.timeline)
+    ctx.estimate(chosen)  # notes["estimated_step_s"]: the plan's estimate, as its why quotes it
+    if options.debug_dir is not None:
+        # For the report (fxremat.explain): what other budgets would buy, and what each
+        # recomputed op is estimated to cost.
+        ctx.progress("sweeping budgets for the report's trade-off curve (debug_dir is set)")
+        plan.notes["tradeoff"] = tradeoff.sweep(ctx, mincut_plan, chosen, joint_inputs)
+        costs = ctx.costs()
+        for entry in plan.recomputed:
+            node = ctx.by_name.get(entry.get("source", ""))
+            entry["estimated_s"] = costs.get(node, 0.0) if node is not None else 0.0
     plan.solve_seconds = time.perf_counter() - started
     log.info("graph %s (%d nodes): %s plan, predicted peak %s%s, saves %s, recomputes %d ops; planned in %.2f s",
              ctx.graph_id, len(ctx.by_name), plan.solver, format_bytes(plan.predicted_peak_bytes),

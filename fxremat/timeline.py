@@ -502,3 +502,77 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
         # the whole backward beside their own gradient, 10% over the measured peak).
         fwd_steps.append(Step("return", reads=sorted(user_outputs), phase="forward"))
     return simulate(fwd_steps + bwd_steps, keep=keep)
+
+
+# The kinds a predicted timeline's bytes are stacked by in reports (``live_by_kind``).
+KINDS = ("saved activations", "temporaries", "library workspace", "incoming gradients", "gradients", "outputs")
+
+
+def storage_kind(timeline: Timeline) -> Callable[[str], str]:
+    """The kind (``KINDS``) of each storage of a timeline that ``predict`` made, by the
+    storage names ``_graph_steps`` gives ("forward:<node>", "backward:tangents_1",
+    "<phase>:<node>:workspace"): a forward storage the backward reads is a saved
+    activation; what the step keeps to its end is a gradient (made by the backward) or an
+    output (by the forward, which the caller holds); the tangents are the incoming
+    gradients; the rest are temporaries."""
+    first_backward = next((i for i, s in enumerate(timeline.steps) if s.phase == "backward"), len(timeline.steps))
+    last_read: dict[str, int] = {}
+    for i, step in enumerate(timeline.steps):
+        for s in step.reads:
+            last_read[s] = i
+
+    def kind(storage: str) -> str:
+        phase, _, rest = storage.partition(":")
+        if storage.endswith(":workspace"):
+            return "library workspace"
+        if storage in timeline.kept:
+            return "gradients" if phase == "backward" else "outputs"
+        if phase == "backward" and rest.startswith("tangents"):
+            return "incoming gradients"
+        if phase == "forward" and last_read.get(storage, -1) >= first_backward:
+            return "saved activations"
+        return "temporaries"
+
+    return kind
+
+
+def storage_events(timeline: Timeline) -> list[tuple[int, str, int]]:
+    """The allocations and frees of a predicted timeline, in order: ``(step index, storage,
+    bytes)``, bytes negative for a free (``simulate``'s ``observe``: the same rules)."""
+    events: list[tuple[int, str, int]] = []
+    again = simulate(timeline.steps, keep=timeline.kept, observe=lambda i, s, n: events.append((i, s, n)))
+    if again.live_bytes != timeline.live_bytes:
+        raise AssertionError("fxremat bug: the timeline simulated again differs from the prediction")
+    return events
+
+
+def live_by_kind(timeline: Timeline) -> list[dict[str, int]]:
+    """For each step of a predicted timeline, its live bytes by kind (``storage_kind``);
+    each step's kinds sum to its live bytes."""
+    kind = storage_kind(timeline)
+    events = storage_events(timeline)
+    by_kind: dict[str, int] = {}
+    profile: list[dict[str, int]] = []
+    k = 0
+    for i in range(len(timeline.steps)):
+        # While step i runs: its allocations, and the frees of storages it writes over in
+        # place (each followed by its taker's allocation); after it: its other frees.
+        while k < len(events) and events[k][0] == i and (
+                events[k][2] > 0 or (k + 1 < len(events) and events[k + 1][0] == i and events[k + 1][2] > 0)):
+            by_kind[kind(events[k][1])] = by_kind.get(kind(events[k][1]), 0) + events[k][2]
+            k += 1
+        profile.append({name: n for name, n in by_kind.items() if n})
+        while k < len(events) and events[k][0] == i:
+            by_kind[kind(events[k][1])] += events[k][2]
+            k += 1
+    return profile
+
+
+def step_modules(fwd: fx.GraphModule, bwd: fx.GraphModule, timeline: Timeline) -> list[str]:
+    """The module path (``joint.module_path``) of each step of the timeline ``predict``
+    made of ``fwd`` and ``bwd``; "" for steps no module made (tangents, the loss)."""
+    from .joint import module_path
+
+    nodes = {"forward": {n.name: n for n in fwd.graph.nodes}, "backward": {n.name: n for n in bwd.graph.nodes}}
+    return [module_path(node) if node is not None else ""
+            for step in timeline.steps for node in [nodes.get(step.phase, {}).get(step.name)]]

@@ -18,6 +18,10 @@ Example
 12
 >>> simulate([Step("a", allocates={"a": 8}), Step("b", allocates={"b": 8}, reads=["a"], in_place=True)]).peak_bytes
 8
+>>> events = []
+>>> _ = simulate(steps, keep={"c"}, observe=lambda i, s, n: events.append((i, s, n)))
+>>> events
+[(0, 'a', 4), (1, 'b', 8), (1, 'a', -4), (2, 'c', 2), (2, 'b', -8)]
 """
 
 from __future__ import annotations
@@ -83,6 +87,9 @@ class Timeline:
     end_bytes : int, optional
         The bytes alive after the last step: the storages kept to the end (and those alive
         at the start that no step reads).
+    kept : frozenset of str, optional
+        The storages held to the end (``simulate``'s ``keep``), so that the same steps can
+        be simulated again (with ``simulate``'s ``observe``, say).
 
     Returns
     -------
@@ -102,6 +109,7 @@ class Timeline:
     peak_bytes: int
     peak_step: str | None
     end_bytes: int = 0
+    kept: frozenset[str] = frozenset()
 
     def as_records(self) -> list[dict]:
         """One dict a step, ``{"step", "phase", "live_bytes"}``, for JSON and tables.
@@ -125,7 +133,7 @@ class Timeline:
 
 
 def simulate(steps: list[Step], *, live_at_start: dict[str, int] | None = None,
-             keep: set[str] = frozenset()) -> Timeline:
+             keep: set[str] = frozenset(), observe=None) -> Timeline:
     """The bytes alive during each step, each storage freed right after its last reader.
 
     A storage allocated and never read dies after the step that allocates it; storages
@@ -142,6 +150,11 @@ def simulate(steps: list[Step], *, live_at_start: dict[str, int] | None = None,
         their last reader too.
     keep : set of str, optional
         Storages held to the end (outputs, gradients).
+    observe : callable, optional
+        ``observe(index, storage, nbytes)``, called for every allocation (``nbytes > 0``,
+        while step ``index`` runs) and every free (``nbytes < 0``, after step ``index``;
+        a storage written in place is freed, then its taker allocated, while the step
+        runs), in order: for reports (live bytes by kind, allocation traces).
 
     Returns
     -------
@@ -182,12 +195,21 @@ def simulate(steps: list[Step], *, live_at_start: dict[str, int] | None = None,
                 dying.remove(donor)
                 del live[donor]  # the output takes over the donor's bytes
                 live[s] = nbytes
+                if observe is not None:
+                    observe(i, donor, -nbytes)
+                    observe(i, s, nbytes)
                 continue
             live[s] = nbytes
             total += nbytes
+            if observe is not None:
+                observe(i, s, nbytes)
         profile.append(total)
         for s in dies_after.get(i, ()):
-            total -= live.pop(s, 0)
+            nbytes = live.pop(s, 0)
+            total -= nbytes
+            if observe is not None and nbytes:
+                observe(i, s, -nbytes)
     peak = max(profile, default=total)
     peak_step = steps[profile.index(peak)].name if profile else None
-    return Timeline(steps=steps, live_bytes=profile, peak_bytes=peak, peak_step=peak_step, end_bytes=total)
+    return Timeline(steps=steps, live_bytes=profile, peak_bytes=peak, peak_step=peak_step, end_bytes=total,
+                    kept=frozenset(keep))

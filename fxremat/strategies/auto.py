@@ -9,7 +9,7 @@ import dataclasses
 from .. import stage_graph
 from ..candidate import Candidate, Context
 from ..options import format_bytes
-from ..plan import BudgetError, below_minimum
+from ..plans import BudgetError, below_minimum
 from . import SOLVERS, knapsack, staged
 
 CHECKMATE_MAX_STAGES = 8  # Checkmate's ILP runs only on DAGs this small (fast)
@@ -58,8 +58,8 @@ def _with_checkmate(traffic: staged.SavedSet, rotor_result: Candidate, budget: i
         checkmate_result = staged.plan_around(traffic, budget, SOLVERS["checkmate"], max_stages=CHECKMATE_MAX_STAGES)
     except BudgetError:
         checkmate_result = None
-    r = rotor_result.plan.cut_cost
-    c = checkmate_result.plan.cut_cost if checkmate_result else float("inf")
+    r = ctx.estimate(rotor_result)
+    c = ctx.estimate(checkmate_result) if checkmate_result else float("inf")
     winner = checkmate_result if c < r else rotor_result
     return winner, (f"the stages form a DAG ({skips} skip edges): Rotor and Checkmate both planned it, estimated "
                     f"{r * 1e3:.3f} ms and {'no plan' if checkmate_result is None else f'{c * 1e3:.3f} ms'}: "
@@ -81,13 +81,11 @@ def _staged_or_knapsack(ctx: Context, found: Candidate | BudgetError, knapsack_f
                                     "Rotor found no plan within it, and the knapsack's least-memory plan")
             raise found
         return found, f"the knapsack found no plan within the budget: {found.plan.solver}"
-    k = knapsack_found.plan.cut_cost
-    knapsack_found.plan.notes["estimated_step_s"] = k
+    k = ctx.estimate(knapsack_found)
     given_up = (f"the knapsack (giving up {len(knapsack_found.plan.notes['given_up'])} values) is estimated "
                 f"{k * 1e3:.3f} ms")
     if staged_failed:
         return knapsack_found, f"{given_up}: knapsack"
     s = ctx.estimate(found)
-    found.plan.notes["estimated_step_s"] = s
     winner = found if s <= k else knapsack_found
     return winner, f"{given_up} against {found.plan.solver}'s {s * 1e3:.3f} ms: {winner.plan.solver}"

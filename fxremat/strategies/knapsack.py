@@ -12,7 +12,7 @@ import torch.fx as fx
 from ..candidate import Candidate, Context, extract_placed, make_candidate
 from ..fx_passes import mark_recomputation_windows
 from ..passes import knapsack, mincut
-from ..plan import below_minimum
+from ..plans import below_minimum
 from ..sizes import handed_over_bytes, node_bytes
 
 # Bans a budget may lift: the op is deterministic, and the traffic-optimal cut bans it

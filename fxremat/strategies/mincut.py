@@ -9,7 +9,7 @@ import torch.fx as fx
 from ..candidate import Candidate, Context, extract_placed, make_candidate
 from ..joint import mincut_problem
 from ..passes import mincut
-from ..plan import over_budget
+from ..plans import over_budget
 
 
 def candidate(ctx: Context, saved: list[fx.Node], cut_cost: float, light: bool = True) -> Candidate:

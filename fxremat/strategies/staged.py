@@ -15,7 +15,7 @@ from ..candidate import Candidate, Context, extract, make_candidate
 from ..joint import differentiable_inputs
 from ..options import format_bytes
 from ..passes import rotor as rotor_dp
-from ..plan import BudgetError, below_minimum
+from ..plans import BudgetError, below_minimum
 from ..sizes import node_bytes, storage_bytes, storage_node, storage_of
 from . import mincut as mincut_strategy
 
@@ -58,8 +58,8 @@ def saved_sets(ctx: Context, mincut_saved: SavedSet) -> list[SavedSet]:
 
 
 def fastest(sets: list[SavedSet], plan_one: Callable[[SavedSet], Candidate]) -> tuple[Candidate, str]:
-    """``plan_one`` around each saved set: the plan with the least estimated time (the chain
-    solvers' makespans share one cost model; the first on ties), and what each set gave, for
+    """``plan_one`` around each saved set: the plan with the least estimated step time
+    (``Context.estimate``; the first on ties), and what each set gave, for
     the plan's ``why`` ("" for one set). Raises the BudgetError naming the least minimum
     when no set has a plan within the budget."""
     found, errors = [], []
@@ -75,10 +75,13 @@ def fastest(sets: list[SavedSet], plan_one: Callable[[SavedSet], Candidate]) -> 
         found.append((saved_set.label, result))
     if not found:
         raise min(errors, key=lambda e: e.least_bytes if e.least_bytes is not None else float("inf"))
-    label, best = min(found, key=lambda f: f[1].plan.cut_cost)
+    if len(found) == 1 and len(sets) == 1:
+        return found[0][1], ""
+    estimate = sets[0].ctx.estimate
+    label, best = min(found, key=lambda f: estimate(f[1]))
     if len(sets) == 1:
         return best, ""
-    estimates = ", ".join(f"{lab} {res.plan.cut_cost * 1e3:.3f} ms" for lab, res in found)
+    estimates = ", ".join(f"{lab} {estimate(res) * 1e3:.3f} ms" for lab, res in found)
     failed = "".join(f"; {s.label}: no plan within the budget" for s in sets if s.label not in dict(found))
     names = [_SAVED_SET_NAMES.get(s.label, s.label) for s in sets]
     return best, (f"; planned around {', '.join(names[:-1])} and {names[-1]} saved sets, "
@@ -160,7 +163,7 @@ class StagedProblem:
         key = rotor_dp.format_sequence(schedule.sequence)
         if key not in self.built:
             self.ctx.progress(f"{self.solver.name}: scoring plan {len(self.built) + 1} ({len(self.lin.stages)} stages, "
-                              f"estimated {schedule.makespan * 1e3:.3f} ms)")
+                              f"{self.solver.name}'s model makespan {schedule.makespan * 1e3:.3f} ms)")
             scored = self._build(schedule, light=True)
             scored.rebuild = lambda: self._build(schedule)
             probe = self.built[key] = Probe(schedule, scored)

@@ -51,6 +51,7 @@ class Plan:
     stages: int | None = None  # Rotor's chain length
     solve_seconds: float = 0.0  # wall time of planning this graph (all solvers tried)
     notes: dict[str, Any] = dataclasses.field(default_factory=dict)  # solver choice and solver details
+    step_modules: list[str] | None = None  # the module path of each timeline step ("" for none)
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -72,8 +73,23 @@ class Plan:
             "notes": self.notes,
             "predicted_peak_bytes": self.predicted_peak_bytes,
             "predicted_peak_at": self.timeline.peak_step,
-            "timeline": self.timeline.as_records(),
+            "timeline": self.timeline_records(),
         }
+
+    def timeline_records(self) -> list[dict]:
+        """The predicted timeline, a dict a step: ``step``, ``phase``, ``live_bytes``, and
+        ``by_kind`` (the live bytes by kind, ``timeline.KINDS``) and ``module`` (the step's
+        module path) when the plan has them."""
+        from .timeline import live_by_kind
+
+        records = self.timeline.as_records()
+        if self.timeline.steps:
+            for record, kinds in zip(records, live_by_kind(self.timeline)):
+                record["by_kind"] = {k: v for k, v in kinds.items() if v}
+        if self.step_modules is not None:
+            for record, module in zip(records, self.step_modules):
+                record["module"] = module
+        return records
 
 
 def graph_fingerprint(joint: fx.GraphModule) -> str:

@@ -1,0 +1,70 @@
+"""Ask before training: ``fxremat.plan(model, example_inputs, options)`` plans a model's
+compiled graphs without a training step, and raises fxremat's own errors unwrapped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import _compat, inspect
+from .options import Options
+from .plans import Plan
+
+
+def plan_model(model: torch.nn.Module, example_inputs: Any, options: dict | None = None) -> list[Plan]:
+    """The plans fxremat makes for ``model`` called on ``example_inputs`` under ``options``
+    (those of ``torch.compile(model, backend="fxremat", options=...)``), one per compiled
+    graph (a graph break makes two).
+
+    The model's forward runs once, compiled as training would compile it (Inductor, or
+    op by op with ``compiler="eager"``): planning happens when the forward is compiled. No
+    backward runs and no parameter changes; the compile caches are bypassed, so every
+    graph is planned. With ``debug_dir`` the plans' files are written as in training
+    (``fxremat explain DEBUG_DIR`` reports them).
+
+    Parameters
+    ----------
+    model : torch.nn.Module (or a callable)
+    example_inputs : a tensor, or a tuple or list of the positional arguments
+    options : dict, optional
+
+    Returns
+    -------
+    list of fxremat.Plan
+        In the order the graphs were compiled.
+
+    Raises
+    ------
+    fxremat.BudgetError
+        No plan fits the budget (itself, not wrapped in Dynamo's ``BackendCompilerFailed``).
+    fxremat.OptionError
+        Bad options, before anything is compiled.
+    """
+    Options.from_user(options)  # bad options fail here, not inside Dynamo
+    args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+    first = inspect.plan_count()
+    compiled = torch.compile(model, backend="fxremat", options=dict(options or {}))
+    with _compat.autograd_cache_disabled(), torch.enable_grad():
+        try:
+            compiled(*args)
+        except Exception as error:  # noqa: BLE001 - unwrapped when it is fxremat's
+            inner = _fxremat_error(error)
+            if inner is None:
+                raise
+            raise inner.with_traceback(inner.__traceback__) from None
+    return inspect.plans_since(first)
+
+
+def _fxremat_error(error: BaseException) -> BaseException | None:
+    """fxremat's own error inside Dynamo's wrapper (``inner_exception``, ``__cause__``), if any."""
+    from .options import OptionError
+    from .plans import BudgetError
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (BudgetError, OptionError)):
+            return error
+        error = getattr(error, "inner_exception", None) or error.__cause__
+    return None
