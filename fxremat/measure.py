@@ -5,6 +5,7 @@
 * ``saved_activation_bytes``: bytes of the tensors a forward saves for backward,
   from ``torch.autograd.graph.saved_tensors_hooks``.
 * ``time_steps``: wall-clock seconds of each step.
+* ``record_step``: a step's live-bytes curve and peak, for ``fxremat explain``.
 """
 
 from __future__ import annotations
@@ -58,16 +59,97 @@ def measure_peak_bytes(step_fn: Callable[[], Any]) -> dict[str, int]:
             prof.stop()
     del result
     events = sorted(_compat.cpu_allocation_events(prof), key=lambda e: e[0])  # stable sort
+    curve = replay([(ptr, size) for _, ptr, size in events])
+    return {"peak_bytes": max(curve, default=0), "end_bytes": curve[-1] if curve else 0}
+
+
+def replay(events: Iterable[tuple[int, int]]) -> list[int]:
+    """The bytes live after each ``(address, bytes)`` event (bytes > 0: an allocation; < 0:
+    a free), counting only blocks allocated among the events: a free of an older block
+    does not lower the total (see ``measure_peak_bytes``)."""
     live: dict[int, int] = {}  # address -> bytes, blocks allocated inside the window
-    total = peak = 0
-    for _, ptr, size in events:
+    total = 0
+    curve = []
+    for ptr, size in events:
         if size > 0:
             live[ptr] = size
             total += size
-            peak = max(peak, total)
         else:
             total -= live.pop(ptr, 0)
-    return {"peak_bytes": peak, "end_bytes": total}
+        curve.append(total)
+    return curve
+
+
+MAX_CURVE_POINTS = 20_000  # a recorded curve is thinned to this many points, each keeping its bucket's largest
+
+
+def record_step(step_fn: Callable[[], Any], debug_dir: str | None = None) -> dict[str, Any]:
+    """Measure one step ``step_fn()`` (forward and backward) with its live-bytes curve, for
+    reports: ``{"peak_bytes", "end_bytes", "live_bytes", "method", "device"}``; with
+    ``debug_dir``, also written to ``debug_dir/measured.json``, where ``fxremat explain``
+    draws it beside the prediction.
+
+    On CPU, the profiler's allocation events (``measure_peak_bytes``' method); on CUDA,
+    when CUDA tensors are in use, the caching allocator's history
+    (``torch.cuda.memory._record_memory_history``), whose peak is checked against
+    ``torch.cuda.max_memory_allocated``. Either way the bytes counted are those the step
+    allocated above what was live when it started, as the budget counts them. The curve is
+    one point an allocator event, thinned to ``MAX_CURVE_POINTS`` keeping each bucket's
+    largest value, so its peak is the measured peak."""
+    import json
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        measured = _record_cuda(step_fn)
+    else:
+        prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+        with _quiet_fd2():
+            prof.start()
+        try:
+            result = step_fn()
+        finally:
+            with _quiet_fd2():
+                prof.stop()
+        del result
+        events = sorted(_compat.cpu_allocation_events(prof), key=lambda e: e[0])
+        curve = replay([(ptr, size) for _, ptr, size in events])
+        measured = {"live_bytes": curve, "method": "profiler allocation events (CPU)", "device": "cpu"}
+    curve = measured["live_bytes"]
+    measured.update(peak_bytes=max(curve, default=0), end_bytes=curve[-1] if curve else 0,
+                    live_bytes=_thinned(curve))
+    if debug_dir is not None:
+        os.makedirs(debug_dir, exist_ok=True)
+        with open(os.path.join(debug_dir, "measured.json"), "w") as f:
+            json.dump(measured, f)
+    return measured
+
+
+def _thinned(curve: list[int]) -> list[int]:
+    if len(curve) <= MAX_CURVE_POINTS:
+        return curve
+    size = -(-len(curve) // MAX_CURVE_POINTS)
+    return [max(curve[i:i + size]) for i in range(0, len(curve), size)]
+
+
+def _record_cuda(step_fn: Callable[[], Any]) -> dict[str, Any]:
+    device = torch.cuda.current_device()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.memory._record_memory_history(max_entries=2_000_000)
+    try:
+        result = step_fn()
+        torch.cuda.synchronize()
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    del result
+    peak_allocated = torch.cuda.max_memory_allocated() - before
+    trace = snapshot["device_traces"][device] if device < len(snapshot["device_traces"]) else []
+    events = [(e["addr"], e["size"] if e["action"] == "alloc" else -e["size"]) for e in trace
+              if e["action"] in ("alloc", "free_completed")]
+    curve = replay(events)
+    return {"live_bytes": curve, "method": "CUDA caching allocator history", "device": torch.cuda.get_device_name(device),
+            "max_memory_allocated_above_start": peak_allocated}
 
 
 @contextlib.contextmanager
