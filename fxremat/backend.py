@@ -44,8 +44,7 @@ class FxrematPartitioner(_compat.CustomPartitionerFn):
         fwd, bwd, plan = partition(gm, joint_inputs, options=self.options, **kwargs)
         folder = inspect.record(plan, self.options.debug_dir)
         if folder is not None:
-            log.info("graph %s: plan files in %s; `fxremat explain %s` writes its report", plan.graph_id, folder,
-                     self.options.debug_dir)
+            _report(plan, folder, self.options.debug_dir)
         return fwd, bwd
 
     def uuid(self) -> Any:
@@ -54,6 +53,20 @@ class FxrematPartitioner(_compat.CustomPartitionerFn):
         if self.options.debug_dir is not None:
             return None
         return hashlib.sha256((_source_hash() + self.options.cache_key()).encode()).hexdigest()
+
+
+def _report(plan, folder: str, debug_dir: str) -> None:
+    """Write the graph's report beside its plan files and say where (``fxremat explain``
+    writes it again, with a step measured since)."""
+    from .report import ExplainError, write_report
+
+    try:
+        path = write_report(folder)
+    except ExplainError as error:  # matplotlib missing: the plan files are there, the report is not
+        log.warning("graph %s: plan files in %s; no report: %s", plan.graph_id, folder, error)
+        return
+    log.info("graph %s: report in %s (`fxremat explain %s` writes it again with a measured step, and an index)",
+             plan.graph_id, path, debug_dir)
 
 
 def fxremat_backend(gm: fx.GraphModule, example_inputs, options: dict | None = None, mode: str | None = None):

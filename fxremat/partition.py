@@ -118,7 +118,6 @@ def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
     plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code
     mark_predicted_levels(fwd, bwd, plan.timeline)
     plan.step_modules = step_modules(fwd, bwd, plan.timeline)
-    ctx.estimate(chosen)  # notes["estimated_step_s"]: the plan's estimate, as its why quotes it
     if options.debug_dir is not None:
         # For the report (fxremat.explain): what other budgets would buy, and what each
         # recomputed op is estimated to cost.

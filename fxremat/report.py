@@ -121,8 +121,8 @@ def layers(data: dict) -> list[dict[str, Any]]:
     activation bytes and values, saved input bytes (parameters, the batch: saving them
     allocates nothing), recomputed ops (distinct forward ops), recomputations (copies: an
     op recomputed twice counts twice), the most times one op is recomputed, their
-    estimated seconds, and a status: "kept" (recomputes nothing), "recomputed" (saves no
-    activation of its own: recomputed from its input), "partly recomputed", or "nothing
+    estimated seconds, and a status: "kept" (recomputes nothing), "input only" (saves no
+    activation of its own: recomputed from what enters it), "partly recomputed", or "nothing
     saved"."""
     order: dict[str, None] = {}
     for record in data["timeline"]:
@@ -156,7 +156,7 @@ def layers(data: dict) -> list[dict[str, Any]]:
         r = rows[layer]
         sources = r.pop("_sources")
         r["recomputed_ops"], r["most_times"] = len(sources), max(sources.values(), default=0)
-        r["status"] = ("kept" if not sources else "recomputed" if r["saved_bytes"] == 0 else "partly recomputed")
+        r["status"] = ("kept" if not sources else "input only" if r["saved_bytes"] == 0 else "partly recomputed")
         if not sources and r["saved_bytes"] == 0:
             r["status"] = "nothing saved"
         result.append(r)
@@ -227,22 +227,23 @@ def write_reports(debug_dir: str) -> list[str]:
     reports = []
     summaries = []
     for folder in folders:
-        data = load_plan(folder)
-        lone = len(folders) == 1
-        report = explain(data, load_measured(folder) or (measured if lone else None))
-        path = os.path.join(folder, REPORT_FILE)
-        with open(path, "w") as f:
-            f.write(render_html(report))
+        path = write_report(folder, measured if len(folders) == 1 else None)
         reports.append(path)
-        summaries.append((os.path.basename(folder), report["summary"]))
+        summaries.append((os.path.basename(folder), explain(load_plan(folder))["summary"]))
     index = os.path.join(debug_dir, REPORT_FILE)
     with open(index, "w") as f:
-        f.write(_index_html(summaries, explain_measured(measured)))
+        f.write(_index_html(summaries, _measured(measured)))
     return [index] + reports
 
 
-def explain_measured(measured: dict | None) -> dict | None:
-    return _measured(measured)
+def write_report(folder: str, measured: dict | None = None) -> str:
+    """``report.html`` for the plan in ``folder`` (with ``folder/measured.json``'s curve, or
+    ``measured``); its path. Raises ``ExplainError``."""
+    report = explain(load_plan(folder), load_measured(folder) or measured)
+    path = os.path.join(folder, REPORT_FILE)
+    with open(path, "w") as f:
+        f.write(render_html(report))
+    return path
 
 
 # --- the memory-snapshot export --------------------------------------------------------------------
@@ -312,9 +313,9 @@ _HEAD = """<!DOCTYPE html>
 <style>
 body {{ font-family: sans-serif; margin: 2em; max-width: 1100px; }}
 table {{ border-collapse: collapse; margin: 1em 0; }}
-td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; white-space: nowrap; }}
 td:first-child, th:first-child {{ text-align: left; }}
-td.text {{ text-align: left; max-width: 700px; }}
+td.text {{ text-align: left; max-width: 700px; white-space: normal; }}
 img {{ max-width: 100%; }}
 </style></head><body>"""
 
@@ -334,7 +335,8 @@ def _summary_table(s: dict) -> str:
                if default else _bytes(saved))
     rows = [("solver", s["solver"]), ("budget", _bytes(s["budget_bytes"]) or "none"),
             ("predicted peak", f"{_bytes(s['predicted_peak_bytes'])} at {s['peak_step']}"),
-            ("estimated step time", _ms(s["estimated_step_s"]) + " (fxremat's cost model, estimate_step)"),
+            ("estimated step time", _ms(s["estimated_step_s"]) + " (fxremat's cost model, estimate_step)"
+             if s["estimated_step_s"] is not None else "not estimated (planned without debug_dir)"),
             ("floor (no plan goes under)", _bytes(s["floor_bytes"])), ("saved activations", against),
             ("recomputed ops", str(s["recomputed_ops"])), ("stages", "" if s["stages"] is None else str(s["stages"])),
             ("planned in", "" if s["solve_seconds"] is None else f"{s['solve_seconds']:.2f} s"),
