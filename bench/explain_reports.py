@@ -1,7 +1,7 @@
 """`fxremat explain` on real debug dirs (issue #23): the demo's GPT, a CNN and a U-Net through
 Inductor at budgets 1.0, 0.5 and the least feasible; each report opened in headless Chromium
-(Debian's package), screenshotted and checked for console errors; and a 32-layer transformer's
-plan explained, timed.
+(Debian's package), screenshotted, checked for console messages and for what it rendered (the
+pictures decoded, the tables' rows); and a 32-layer transformer's plan explained, timed.
 
     python bench/explain_reports.py [--out DIR] [--screenshot docs/explain-report.png] [--quick]
 
@@ -48,6 +48,42 @@ def render(page: str, png: str, width: int = 1200, height: int = 2600) -> tuple[
     if done.returncode != 0 or not os.path.isfile(png):
         raise RuntimeError(f"chromium failed ({done.returncode}): {done.stderr[-2000:]}")
     return png, console
+
+
+_CHECK = """<!DOCTYPE html><html><body><iframe id="f" width="1200" height="2600" src="{src}"></iframe><script>
+document.getElementById("f").onload = function () {{
+  var d = this.contentDocument, found = [];
+  ["timeline", "tradeoff"].forEach(function (id) {{
+    var i = d.getElementById(id);
+    found.push(id + "=" + (i && i.complete ? i.naturalWidth : 0));
+  }});
+  ["summary", "layers"].forEach(function (id) {{
+    var t = d.getElementById(id);
+    found.push(id + "=" + (t ? t.rows.length : 0));
+  }});
+  document.body.setAttribute("data-check", found.join(";"));
+}};
+</script></body></html>"""
+
+
+def rendered(page: str) -> dict[str, int]:
+    """What Chromium rendered of a report: the decoded width of its timeline and trade-off
+    pictures (0: missing or broken) and the rows of its summary and layer tables, read from
+    the page loaded in a frame of a checking page (``--dump-dom`` after the load)."""
+    import re
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    with tempfile.TemporaryDirectory() as folder:
+        wrapper = os.path.join(folder, "check.html")
+        with open(wrapper, "w") as f:
+            f.write(_CHECK.format(src="file://" + os.path.abspath(page)))
+        done = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={folder}/profile",
+                               "--allow-file-access-from-files", "--virtual-time-budget=10000", "--dump-dom",
+                               "file://" + wrapper], capture_output=True, text=True, timeout=120)
+    match = re.search(r'data-check="([^"]*)"', done.stdout)
+    if match is None:
+        raise RuntimeError(f"chromium rendered no check ({done.returncode}): {done.stderr[-2000:]}")
+    return {k: int(v) for k, v in (item.split("=") for item in match.group(1).split(";"))}
 
 
 def gpt():
@@ -148,6 +184,7 @@ def main(argv=None) -> int:
                     png = os.path.join(folder, "report.png")
                     _, console = render(page, png)
                     row["console_messages"] = console
+                    row["rendered"] = rendered(page)
                     if name == "demo GPT" and budget == 0.5 and args.screenshot:
                         shutil.copy(png, args.screenshot)
             if args.quick:
@@ -165,6 +202,14 @@ def main(argv=None) -> int:
     return 0
 
 
+def _shown(found: dict | None) -> str:
+    """``rendered``'s answer in words: the pictures' widths and the tables' rows."""
+    if not found:
+        return "not checked"
+    return (f"pictures {found['timeline']} and {found['tradeoff']} px wide, tables of {found['summary']} and "
+            f"{found['layers']} rows")
+
+
 def markdown(summary: dict) -> str:
     """The rows as a table: budget, plan, predicted, timeline and measured peaks, the sweep's
     point at the plan's budget, the seconds to compile and to explain, Chromium's console."""
@@ -173,8 +218,8 @@ def markdown(summary: dict) -> str:
              f"Machine: {summary['machine']}, torch {summary['torch']}, compiler {summary['compiler']}. "
              "Command: `python bench/explain_reports.py`.", "",
              "| model | budget | solver | predicted peak (MiB) | timeline peak | measured peak | sweep's point at "
-             "this budget: peak, est. ms | plan est. ms | compile + step (s) | explain (s) | console |",
-             "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|"]
+             "this budget: peak, est. ms | plan est. ms | compile + step (s) | explain (s) | Chromium: console, "
+             "rendered |", "|---|---|---|---:|---:|---:|---|---:|---:|---:|---|"]
     for r in summary["rows"]:
         if "error" in r:
             lines.append(f"| {r['model']} | {r['budget']} | BudgetError: least {r.get('least_bytes')} bytes "
@@ -187,13 +232,13 @@ def markdown(summary: dict) -> str:
         lines.append(f"| {r['model']} | {r['budget']} | {r['solver']} | {mib(r['predicted_peak_bytes'])} | "
                      f"{mib(r['timeline_peak_bytes'])} | {mib(r['measured_peak_bytes'])} | {same} | "
                      f"{r['estimated_step_s'] * 1e3:.3f} | {r['compile_and_first_step_s']:.1f} | {r['explain_s']:.2f} | "
-                     f"{len(r.get('console_messages', []))} messages |")
+                     f"{len(r.get('console_messages', []))} messages, {_shown(r.get('rendered'))} |")
     for r in summary["rows"]:
         if "joint_steps" in r:
             lines += ["", f"{r['model']} (op by op, budget {r['budget']}, {r['joint_steps']} timeline steps): planned "
                       f"with the sweep in {r['plan_and_sweep_s']:.1f} s ({r['tradeoff_points']} trade-off points); "
                       f"the report written in {r['explain_s']:.2f} s, {r['layer_rows']} layer rows; Chromium console: "
-                      f"{len(r['console_messages'])} messages."]
+                      f"{len(r['console_messages'])} messages, rendered {_shown(r.get('rendered'))}."]
     return "\n".join(lines) + "\n"
 
 
@@ -214,10 +259,11 @@ def large(layers: int, reports_dir: str) -> dict:
     explained = time.perf_counter() - started
     data = fxremat.explain(plan)
     _, console = render(paths[1], os.path.join(folder, "report.png"))
+    shown = rendered(paths[1])
     return {"model": f"transformer, {layers} layers", "budget": 0.5, "joint_steps": len(data["timeline"]["step"]),
             "plan_and_sweep_s": planned, "solve_seconds": plan.solve_seconds, "explain_s": explained,
             "layer_rows": len(data["layers"]), "tradeoff_points": len(data["tradeoff"]["points"]),
-            "console_messages": console}
+            "console_messages": console, "rendered": shown}
 
 
 if __name__ == "__main__":

@@ -163,7 +163,26 @@ def test_the_report_renders_in_a_headless_browser(gpt_half, tmp_path):
     report.write_reports(debug_dir)
     [folder] = report.plan_folders(debug_dir)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-    from explain_reports import render
+    from explain_reports import render, rendered
 
-    shot, console = render(os.path.join(folder, "report.html"), str(tmp_path / "report.png"))
+    page = os.path.join(folder, "report.html")
+    shot, console = render(page, str(tmp_path / "report.png"))
     assert os.path.getsize(shot) > 10_000 and not console
+    shown = rendered(page)  # pictures decoded, tables filled
+    assert shown["timeline"] > 500 and shown["tradeoff"] > 300 and shown["summary"] >= 8 and shown["layers"] >= 5
+
+
+def test_the_sweep_leaves_the_plan_and_its_gradients_alone(tmp_path):
+    """With debug_dir the graph is planned again at other budgets and partitioned by PyTorch:
+    the plan compiled is the one made without them, and its gradients are eager's."""
+    from conftest import train_step_matches_eager
+
+    options = {"memory_budget": 0.85}
+    torch.manual_seed(0)
+    model, batch = models.make_transformer()
+    [without] = fxremat.plan(model, batch, {"compiler": "eager", **options})
+    [with_sweep] = fxremat.plan(model, batch, {"compiler": "eager", "debug_dir": str(tmp_path), **options})
+    assert [d["name"] for d in with_sweep.saved] == [d["name"] for d in without.saved]
+    assert with_sweep.sequence == without.sequence and with_sweep.predicted_peak_bytes == without.predicted_peak_bytes
+    assert len(with_sweep.notes["tradeoff"]["points"]) > 3
+    assert train_step_matches_eager(models.make_transformer, debug_dir=str(tmp_path / "f64"), **options) <= 1e-12
