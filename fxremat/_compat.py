@@ -262,6 +262,13 @@ def inductor_decompositions():
     return select_decomp_table()
 
 
+def unbacked_fallback() -> int:
+    """The size Inductor assumes for a data-dependent size it knows nothing of."""
+    from torch._inductor import config as inductor_config
+
+    return int(getattr(inductor_config, "unbacked_symint_fallback", 8192))
+
+
 def autograd_cache_disabled():
     """Context manager: no AOTAutograd cache lookups, so the partitioner runs on every compile."""
     from torch._functorch import config as functorch_config

@@ -37,8 +37,9 @@ def _source_hash() -> str:
 class FxrematPartitioner(_compat.CustomPartitionerFn):
     """Inductor's partition step, replaced by fxremat's planner."""
 
-    def __init__(self, options: Options):
+    def __init__(self, options: Options, cacheable: bool = True):
         self.options = options
+        self.cacheable = cacheable
 
     def __call__(self, gm: fx.GraphModule, joint_inputs, **kwargs: Any):
         fwd, bwd, plan = partition(gm, joint_inputs, options=self.options, **kwargs)
@@ -49,8 +50,10 @@ class FxrematPartitioner(_compat.CustomPartitionerFn):
 
     def uuid(self) -> Any:
         # With debug_dir every graph must be partitioned (and write its files), so the
-        # compile caches are skipped; otherwise the key covers code and every option.
-        if self.options.debug_dir is not None:
+        # compile caches are skipped, as for a dynamic graph under a budget (its plan adds
+        # guards to the shape environment: ``fxremat.dynamic``); otherwise the key covers
+        # code and every option.
+        if self.options.debug_dir is not None or not self.cacheable:
             return None
         return hashlib.sha256((_source_hash() + self.options.cache_key()).encode()).hexdigest()
 
@@ -73,7 +76,7 @@ def fxremat_backend(gm: fx.GraphModule, example_inputs, options: dict | None = N
     """``torch.compile`` backend. ``options`` are fxremat's (see the README)."""
     opts = Options.from_user(options, mode=mode)
     inspect.compiled()
-    partitioner = FxrematPartitioner(opts)
+    partitioner = FxrematPartitioner(opts, cacheable=opts.memory_budget is None or not _dynamic(example_inputs))
     if opts.compiler == "eager":
         return _eager_compile(gm, example_inputs, partitioner)
     # Inductor's wrapper keeps a dead buffer alive until a later buffer of the same size
@@ -104,6 +107,14 @@ def fxremat_backend(gm: fx.GraphModule, example_inputs, options: dict | None = N
         patches["fx_graph_cache"] = False
     _compat.install_segment_fusion_guard()
     return _compat.compile_fx(gm, example_inputs, config_patches=patches)
+
+
+def _dynamic(example_inputs) -> bool:
+    """Does the graph take symbolic sizes (``dynamic=True``, ``mark_dynamic``)?"""
+    import torch
+
+    return any(isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
+        isinstance(d, torch.SymInt) for d in x.shape)) for x in example_inputs)
 
 
 def _eager_compile(gm, example_inputs, partitioner):

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import torch.fx as fx
 
-from . import _compat, joint as joint_graph, tradeoff
+from . import _compat, dynamic, joint as joint_graph, sizes, tradeoff
 from .candidate import Candidate, Context, log
 from .fx_passes import mark_predicted_levels
 from .options import Options, format_bytes
@@ -82,7 +82,17 @@ def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
                ) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
     started = time.perf_counter()
     _compat.register_torch_log(log.name)  # TORCH_LOGS="fxremat": each plan's summary, at INFO
+    sizes.reset_assumed()
     ctx = context(joint, num_fwd_outputs, options, static_lifetime_input_indices)
+    try:
+        return _plan(ctx, joint_inputs, started)
+    except BudgetError as error:
+        raise dynamic.with_sizes(error, ctx) from None
+
+
+def _plan(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
+    """The plan of the prepared graph ``ctx`` (``_partition``'s steps 3 to 5)."""
+    options = ctx.options
     mincut_plan = mincut_strategy.traffic_optimal(ctx)
     peak = mincut_plan.peak
     budget = options.memory_budget.resolve(peak) if options.memory_budget else None
@@ -118,6 +128,11 @@ def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
     plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code
     mark_predicted_levels(fwd, bwd, plan.timeline)
     plan.step_modules = step_modules(fwd, bwd, plan.timeline)
+    dynamic.warn_assumed(ctx, plan)
+    if budget is not None:
+        # Dynamic sizes: the plan is kept to the sizes where it meets the budget (a guard;
+        # elsewhere Dynamo compiles again and fxremat plans for those sizes).
+        dynamic.bound(ctx, chosen, mincut_plan, budget)
     if options.debug_dir is not None:
         # For the report (fxremat.explain): what other budgets would buy, and what each
         # recomputed op is estimated to cost.

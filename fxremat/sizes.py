@@ -1,8 +1,9 @@
 """Bytes of FX nodes, from their fake-tensor metadata.
 
 Symbolic sizes (``dynamic=True`` or ``mark_dynamic``) are kept as sympy
-expressions for reports (``node_bytes_expr``) and evaluated with the shape
-environment's hints for planning (``node_bytes``).
+expressions (``node_bytes_expr``: the peak at every size, ``fxremat.dynamic``) and
+evaluated with the shape environment's hints for planning (``node_bytes``);
+data-dependent sizes, which have no hint, at an assumed value (``assumed_sizes``).
 """
 
 from __future__ import annotations
@@ -14,14 +15,52 @@ import torch.fx as fx
 from . import aliasing
 
 
+# Data-dependent (unbacked) size symbols planned at an assumed value since the last
+# ``reset_assumed``: name -> {"value", "from": "range" (its largest value) or "fallback"}.
+_ASSUMED: dict[str, dict] = {}
+
+
 def _hint(value) -> int:
     if isinstance(value, torch.SymInt):
         node = value.node
         hint = getattr(node, "hint", None)
         if hint is None:
-            hint = node.shape_env.size_hint(node.expr)
+            hint = node.shape_env.size_hint(node.expr, allow_none=True)
+            if hint is None:
+                hint = _assumed_hint(node.shape_env, node.expr)
         return int(hint)
     return int(value)
+
+
+def _assumed_hint(env, expr: sympy.Expr) -> int:
+    """``expr`` with each data-dependent symbol at the largest value of its range, or, with
+    none known, at Inductor's fallback (``_compat.unbacked_fallback``); the others at their
+    hints. Recorded for ``assumed_sizes``."""
+    from . import _compat
+
+    values = {}
+    for symbol in expr.free_symbols:
+        if symbol in env.var_to_val:
+            values[symbol] = env.var_to_val[symbol]
+            continue
+        bounds = env.var_to_range.get(symbol)
+        upper = bounds.upper if bounds is not None else sympy.oo
+        if upper.is_finite:
+            values[symbol] = int(upper)
+            _ASSUMED[str(symbol)] = {"value": int(upper), "from": "range"}
+        else:
+            values[symbol] = _compat.unbacked_fallback()
+            _ASSUMED[str(symbol)] = {"value": values[symbol], "from": "fallback"}
+    return int(expr.xreplace(values))
+
+
+def reset_assumed() -> None:
+    _ASSUMED.clear()
+
+
+def assumed_sizes() -> dict[str, dict]:
+    """The data-dependent sizes planned at an assumed value since ``reset_assumed``."""
+    return dict(_ASSUMED)
 
 
 def tensor_bytes(t: torch.Tensor) -> int:

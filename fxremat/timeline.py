@@ -20,7 +20,10 @@ from . import _compat, oplib
 from .aliasing import is_alias, readers, storage_node
 from .lite import NODES
 from .passes.memory import Step, Timeline, simulate
-from .sizes import flat_tensors, is_multi_output, node_bytes, storage_of, tensor_bytes
+from .sizes import (flat_tensors, is_multi_output, node_bytes, node_bytes_expr, storage_of, tensor_bytes,
+                    tensor_bytes_expr)
+
+_node_bytes, _tensor_bytes = node_bytes, tensor_bytes  # _graph_steps' names for them, when not symbolic
 
 
 # Library ops whose inputs Inductor lays out with the strides the graph recorded
@@ -284,14 +287,18 @@ _CAT = torch.ops.aten.cat.default
 
 def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid: set[str] = frozenset(),
                  fusion: bool = False, channels_last: bool = False,
-                 workspace: Callable[[fx.Node], int] | None = None) -> tuple[list[Step], dict[str, str | None]]:
+                 workspace: Callable[[fx.Node], int] | None = None, symbolic: bool = False
+                 ) -> tuple[list[Step], dict[str, str | None]]:
     """Steps of one graph, and the storage of each node by name; ``rename`` maps a
     placeholder to the storage it arrives in. Inputs in ``relaid`` are copied to a new
     layout before their first use (Inductor's channels-last convolutions): the copy
     is allocated there, and it is what the graph hands on if the input is saved.
     With ``fusion``, values Inductor fuses away (``Inlining.fused_away``) allocate nothing and
     their readers keep alive what they were computed from instead. ``workspace(node)``: bytes
-    the node's kernel allocates beyond its outputs while it runs (``workspace.py``)."""
+    the node's kernel allocates beyond its outputs while it runs (``workspace.py``).
+    ``symbolic``: bytes as sympy expressions in the graph's size symbols (``sizes.node_bytes_expr``),
+    for the peak at every size (``peak_expressions``); a workspace stays its traced size."""
+    node_bytes, tensor_bytes = (node_bytes_expr, tensor_bytes_expr) if symbolic else (_node_bytes, _tensor_bytes)
     storage: dict[fx.Node, str | None] = {}
     needs: dict[fx.Node, frozenset[str]] = {}  # storages that reading the node's value touches
     steps: list[Step] = []
@@ -468,18 +475,19 @@ def relaid_inputs(fwd: fx.GraphModule) -> set[str]:
 
 def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
             relaid: set[str] = frozenset(), fusion: bool = False, hold_outputs: bool = True,
-            workspace: Callable[[fx.Node], int] | None = None) -> Timeline:
+            workspace: Callable[[fx.Node], int] | None = None, symbolic: bool = False) -> Timeline:
     """``relaid``: forward inputs the compiler copies to another layout (``relaid_inputs``);
     ``fusion``: model Inductor's fusion (values it never writes to memory); ``hold_outputs``:
     the caller keeps the forward's user outputs to the end of the step, else they are
     released when the forward returns (unless the backward reads them: saved);
     ``workspace(node)``: a library kernel's scratch bytes, alive while it runs
-    (``workspace.library_workspace_bytes`` for op-by-op execution)."""
+    (``workspace.library_workspace_bytes`` for op-by-op execution); ``symbolic``: live bytes as
+    sympy expressions in the size symbols (the timeline then has no peak: ``peak_expressions``)."""
     # Channels-last convolutions (Inductor's layout optimization), even where no input needs a copy.
     channels_last = bool(relaid) or (fusion and any(fwd.graph.find_nodes(op="call_function", target=_CONVOLUTIONS[0]))
                                      and _compat.inductor_relayouts_convolutions(fwd))
     fwd_steps, fwd_storage = _graph_steps(fwd, "forward", {}, relaid, fusion, channels_last=channels_last,
-                                          workspace=workspace)
+                                          workspace=workspace, symbolic=symbolic)
     # The backward's saved inputs arrive in the storages the forward returned them in.
     fwd_out_args = list(next(iter(fwd.graph.find_nodes(op="output"))).args[0])
     rename = {}
@@ -489,7 +497,7 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
         elif node.name.startswith("tangents"):
             rename[node.name] = f"backward:{node.name}"
     bwd_steps, bwd_storage = _graph_steps(bwd, "backward", rename, fusion=fusion, channels_last=channels_last,
-                                          workspace=workspace)
+                                          workspace=workspace, symbolic=symbolic)
     bwd_outputs = {bwd_storage[n.name] for n in _output_nodes(bwd) if bwd_storage.get(n.name)}
     user_outputs = {
         s for a in fwd_out_args[:num_user_outputs] if isinstance(a, NODES)

@@ -80,8 +80,9 @@ class Timeline:
         The steps simulated.
     live_bytes : list of int
         For each step, the bytes alive while it runs: everything alive plus its new outputs.
-    peak_bytes : int
-        The largest of ``live_bytes`` (the bytes alive at the start if there is no step).
+    peak_bytes : int or None
+        The largest of ``live_bytes`` (the bytes alive at the start if there is no step);
+        None when the bytes are symbolic expressions, which have no order.
     peak_step : str or None
         The name of the first step at the peak (None without steps).
     end_bytes : int, optional
@@ -163,7 +164,8 @@ def simulate(steps: list[Step], *, live_at_start: dict[str, int] | None = None,
     Raises
     ------
     Nothing
-        A read of a storage that is not alive is ignored.
+        A read of a storage that is not alive is ignored. Bytes may be any values that add
+        (sympy expressions in sizes, say); without an order the timeline has no peak.
 
     Complexity
     ----------
@@ -209,7 +211,10 @@ def simulate(steps: list[Step], *, live_at_start: dict[str, int] | None = None,
             total -= nbytes
             if observe is not None and nbytes:
                 observe(i, s, -nbytes)
-    peak = max(profile, default=total)
-    peak_step = steps[profile.index(peak)].name if profile else None
+    try:
+        peak = max(profile, default=total)
+        peak_step = steps[profile.index(peak)].name if profile else None
+    except TypeError:  # symbolic bytes (sympy expressions in sizes) have no order: no peak
+        peak, peak_step = None, None
     return Timeline(steps=steps, live_bytes=profile, peak_bytes=peak, peak_step=peak_step, end_bytes=total,
                     kept=frozenset(keep))
