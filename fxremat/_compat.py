@@ -15,6 +15,7 @@ import os
 import operator
 import re
 import threading
+import warnings
 from typing import Any, Callable, Iterator, NamedTuple, TypeVar
 
 import torch
@@ -260,6 +261,22 @@ def inductor_decompositions():
     from torch._inductor.decomposition import select_decomp_table
 
     return select_decomp_table()
+
+
+def shape_env_values(env) -> dict:
+    """A shape environment's size symbols with a value at the traced sizes (backed ones):
+    ``backed_var_to_val`` on torch 2.13 (``var_to_val`` is deprecated there), ``var_to_val`` before."""
+    values = getattr(env, "backed_var_to_val", None)
+    return values if values is not None else env.var_to_val
+
+
+def size_hint(env, expr) -> int | None:
+    """A size expression's value at the traced sizes, or None where it has a data-dependent
+    (unbacked) symbol. ``ShapeEnv.size_hint`` is deprecated on torch 2.13 for
+    ``guarding_hint_or_throw``/``optimization_hint``, which raise or guess there; it still works."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        return env.size_hint(expr, allow_none=True)
 
 
 def unbacked_fallback() -> int:

@@ -25,7 +25,7 @@ import sympy
 import torch
 import torch.fx as fx
 
-from . import sizes
+from . import _compat, sizes
 from .plans import BudgetError, BudgetWarning
 from .timeline import predict, relaid_inputs
 from .workspace import library_workspace_bytes
@@ -44,18 +44,19 @@ def size_symbols(joint: fx.GraphModule) -> tuple[set[sympy.Symbol], Any]:
         for d in dims:
             if isinstance(d, torch.SymInt):
                 env = d.node.shape_env
-                symbols |= {s for s in d.node.expr.free_symbols if s in env.var_to_val}
+                symbols |= {s for s in d.node.expr.free_symbols if s in _compat.shape_env_values(env)}
     return symbols, env
 
 
 def describe_sizes(symbols: set[sympy.Symbol], env) -> str:
     """``"L['x'].size()[0] = 64 (s0), ..."``: each size symbol's source and value at this compile."""
-    parts = []
-    for s in sorted(symbols, key=str):
-        sources = env.var_to_sources.get(s, [])
-        name = _source_name(sources[0]) if sources else str(s)
-        parts.append(f"{name} = {env.var_to_val[s]} ({s})")
-    return ", ".join(parts)
+    values = _compat.shape_env_values(env)
+    return ", ".join(f"{_sources(s, env)[0]} = {values[s]} ({s})" for s in sorted(symbols, key=str))
+
+
+def _sources(symbol: sympy.Symbol, env) -> list[str]:
+    """Where Dynamo read a size symbol from (``L['x'].size()[0]``, ...)."""
+    return [_source_name(source) for source in env.var_to_sources.get(symbol, [])] or [str(symbol)]
 
 
 def _source_name(source) -> str:
@@ -122,9 +123,9 @@ def bound(ctx, chosen, mincut_plan, budget: int) -> None:
     if not symbols:
         return
     exprs = peak_expressions(chosen.forward, chosen.backward, ctx.num_fwd_outputs, ctx.options)
-    hints = {s: env.var_to_val[s] for s in symbols}
-    assumed = {sympy.Symbol(name, integer=True): value["value"] for name, value in sizes.assumed_sizes().items()}
-    exprs = [e.xreplace({u: v for u, v in assumed.items() if u in e.free_symbols}) if assumed else e for e in exprs]
+    hints = {s: _compat.shape_env_values(env)[s] for s in symbols}
+    assumed = sizes.assumed_sizes()  # data-dependent sizes: at their assumed values, never guarded
+    exprs = [e.xreplace({u: assumed[str(u)]["value"] for u in e.free_symbols if str(u) in assumed}) for e in exprs]
     peak = sympy.Max(*exprs) if len(exprs) > 1 else exprs[0]
     fraction = ctx.options.memory_budget.fraction
     if fraction is None:
@@ -134,7 +135,7 @@ def bound(ctx, chosen, mincut_plan, budget: int) -> None:
         mincut = peak_expressions(mincut_plan.forward, mincut_plan.backward, ctx.num_fwd_outputs, ctx.options)
         limit = sympy.Rational(str(fraction)) * (sympy.Max(*mincut) if len(mincut) > 1 else mincut[0])
         conditions = [sympy.Le(peak, limit)]
-    plan.notes["size_symbols"] = describe_sizes(symbols, env)
+    plan.notes["size_symbols"] = {str(s): {"source": _sources(s, env), "value": int(v)} for s, v in hints.items()}
     plan.notes["peak_expression"] = str(peak)
     at_hints = all(bool(c.xreplace(hints)) for c in conditions)
     if at_hints:

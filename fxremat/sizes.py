@@ -12,7 +12,7 @@ import sympy
 import torch
 import torch.fx as fx
 
-from . import aliasing
+from . import _compat, aliasing
 
 
 # Data-dependent (unbacked) size symbols planned at an assumed value since the last
@@ -25,7 +25,7 @@ def _hint(value) -> int:
         node = value.node
         hint = getattr(node, "hint", None)
         if hint is None:
-            hint = node.shape_env.size_hint(node.expr, allow_none=True)
+            hint = _compat.size_hint(node.shape_env, node.expr)
             if hint is None:
                 hint = _assumed_hint(node.shape_env, node.expr)
         return int(hint)
@@ -36,12 +36,11 @@ def _assumed_hint(env, expr: sympy.Expr) -> int:
     """``expr`` with each data-dependent symbol at the largest value of its range, or, with
     none known, at Inductor's fallback (``_compat.unbacked_fallback``); the others at their
     hints. Recorded for ``assumed_sizes``."""
-    from . import _compat
-
     values = {}
+    backed = _compat.shape_env_values(env)
     for symbol in expr.free_symbols:
-        if symbol in env.var_to_val:
-            values[symbol] = env.var_to_val[symbol]
+        if symbol in backed:
+            values[symbol] = backed[symbol]
             continue
         bounds = env.var_to_range.get(symbol)
         upper = bounds.upper if bounds is not None else sympy.oo
