@@ -18,7 +18,7 @@ from . import _compat, inspect
 from .options import Options
 from .partition import partition
 from .candidate import log
-from .plans import BudgetWarning
+from .plans import BudgetWarning, fxremat_error
 
 
 @functools.cache
@@ -73,7 +73,30 @@ def _report(plan, folder: str, debug_dir: str) -> None:
 
 
 def fxremat_backend(gm: fx.GraphModule, example_inputs, options: dict | None = None, mode: str | None = None):
-    """``torch.compile`` backend. ``options`` are fxremat's (see the README)."""
+    """``torch.compile`` backend. ``options`` are fxremat's (see the README).
+
+    A ``BudgetError`` or ``OptionError`` reaches the caller as itself (Dynamo would wrap an
+    exception the backend raises in ``BackendCompilerFailed``): the compiled function raises
+    it when called, and Dynamo keeps that function for these sizes, so calls that meet the
+    same refusal get it at once instead of compiling again."""
+    try:
+        return _compile(gm, example_inputs, options, mode)
+    except Exception as error:  # noqa: BLE001 - fxremat's own errors become a refusing function
+        refusal = fxremat_error(error)
+        if refusal is None:
+            raise
+        _compat.pin_sizes(example_inputs)  # a dynamic graph refuses at these sizes only
+        return _refusing(refusal)
+
+
+def _refusing(error: BaseException):
+    def refused(*args, **kwargs):
+        raise error.with_traceback(None)  # a fresh traceback at each call
+
+    return refused
+
+
+def _compile(gm: fx.GraphModule, example_inputs, options: dict | None, mode: str | None):
     opts = Options.from_user(options, mode=mode)
     inspect.compiled()
     partitioner = FxrematPartitioner(opts, cacheable=opts.memory_budget is None or not _dynamic(example_inputs))

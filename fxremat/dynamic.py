@@ -148,6 +148,36 @@ def bound(ctx, chosen, mincut_plan, budget: int) -> None:
         plan.notes["valid_while"] = [f"{s} == {v}" for s, v in hints.items()]
 
 
+# A dynamic graph's budget errors by (graph, options, sizes): a size no plan fits is compiled
+# again at every call that meets it (Dynamo keeps no failed compile), and refused at once.
+_REFUSED: dict[tuple, BudgetError] = {}
+_REFUSED_MAX = 256
+
+
+def _refusal_key(ctx) -> tuple | None:
+    symbols, env = size_symbols(ctx.joint)
+    if not symbols:
+        return None
+    values = _compat.shape_env_values(env)
+    return ctx.graph_id, ctx.options.cache_key(), tuple(sorted((str(s), int(values[s])) for s in symbols))
+
+
+def refused_before(ctx) -> BudgetError | None:
+    """The BudgetError this dynamic graph got at these sizes before, if any."""
+    key = _refusal_key(ctx)
+    return _REFUSED.get(key) if key is not None else None
+
+
+def refuse(error: BudgetError, ctx) -> BudgetError:
+    """``error``, remembered for this dynamic graph at these sizes (``refused_before``)."""
+    key = _refusal_key(ctx)
+    if key is not None:
+        if len(_REFUSED) >= _REFUSED_MAX:
+            _REFUSED.pop(next(iter(_REFUSED)))
+        _REFUSED[key] = error
+    return error
+
+
 def with_sizes(error: BudgetError, ctx) -> BudgetError:
     """``error`` naming the sizes of this compile, for a dynamic graph."""
     symbols, env = size_symbols(ctx.joint)

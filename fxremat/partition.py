@@ -84,10 +84,13 @@ def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
     _compat.register_torch_log(log.name)  # TORCH_LOGS="fxremat": each plan's summary, at INFO
     sizes.reset_assumed()
     ctx = context(joint, num_fwd_outputs, options, static_lifetime_input_indices)
+    refused = dynamic.refused_before(ctx)
+    if refused is not None:
+        raise refused
     try:
         return _plan(ctx, joint_inputs, started)
     except BudgetError as error:
-        raise dynamic.with_sizes(error, ctx) from None
+        raise dynamic.refuse(dynamic.with_sizes(error, ctx), ctx) from None
 
 
 def _plan(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:

@@ -9,7 +9,7 @@ import torch
 
 from . import _compat, inspect
 from .options import Options
-from .plans import Plan
+from .plans import Plan, fxremat_error
 
 
 def plan_model(model: torch.nn.Module, example_inputs: Any, options: dict | None = None) -> list[Plan]:
@@ -49,22 +49,8 @@ def plan_model(model: torch.nn.Module, example_inputs: Any, options: dict | None
         try:
             compiled(*args)
         except Exception as error:  # noqa: BLE001 - unwrapped when it is fxremat's
-            inner = _fxremat_error(error)
+            inner = fxremat_error(error)
             if inner is None:
                 raise
             raise inner.with_traceback(inner.__traceback__) from None
     return inspect.plans_since(first)
-
-
-def _fxremat_error(error: BaseException) -> BaseException | None:
-    """fxremat's own error inside Dynamo's wrapper (``inner_exception``, ``__cause__``), if any."""
-    from .options import OptionError
-    from .plans import BudgetError
-
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, (BudgetError, OptionError)):
-            return error
-        error = getattr(error, "inner_exception", None) or error.__cause__
-    return None

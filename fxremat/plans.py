@@ -92,6 +92,20 @@ class Plan:
         return records
 
 
+def fxremat_error(error: BaseException) -> BaseException | None:
+    """fxremat's own error (``BudgetError``, ``OptionError``) in ``error`` or the exceptions it
+    wraps (Dynamo's ``inner_exception``, ``__cause__``), if any."""
+    from .options import OptionError
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, (BudgetError, OptionError)):
+            return error
+        error = getattr(error, "inner_exception", None) or error.__cause__
+    return None
+
+
 def graph_fingerprint(joint: fx.GraphModule) -> str:
     """The id of a joint graph in plans and messages: a hash of its code."""
     return hashlib.sha256(joint.code.encode()).hexdigest()[:12]
