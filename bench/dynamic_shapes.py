@@ -148,7 +148,7 @@ def markdown(r: dict) -> str:
 
 Machine: {r['machine']}, torch {r['torch']}, compiler {r['compiler']}, one thread. Model: {r['model']};
 `torch.compile(dynamic=True)`, `memory_budget={r['budget_bytes']}` bytes ({r['budget_bytes'] / mib:.2f} MiB).
-Command: `python bench/dynamic_shapes.py`.
+Command: `python bench/dynamic_shapes.py --compiler {r['compiler']} --budget {r['budget_bytes']}`.
 
 {r['steps']} steps over sequence lengths {', '.join(map(str, r['lengths']))} (ascending once, then in a seeded random order): **{r['plans']}
 plans** (made at steps {r["compiles_at_step"]}), {len(r['budget_errors'])} lengths refused with a
@@ -157,6 +157,9 @@ plans** (made at steps {r["compiles_at_step"]}), {len(r['budget_errors'])} lengt
 | length | steps | measured peak (MiB) | ≤ budget | median step (ms) |
 |---:|---:|---:|---|---:|
 {rows}
+
+Dynamo tries its newest cache entry first: once a plan is made for a longer sequence, the shorter
+ones run it too (it fits them: its guard holds), with its recomputation.
 
 Guard check per call (Dynamo's guard manager of the newest cache entry, best of 5 × 20,000):
 {r['guard_check_s_with_budget'] * 1e6:.2f} µs with the budget's guards, {r['guard_check_s_without_budget'] * 1e6:.2f} µs

@@ -120,8 +120,8 @@ def bound(ctx, chosen, mincut_plan, budget: int) -> None:
     the plan is kept to exactly these sizes."""
     symbols, env = size_symbols(ctx.joint)
     plan = chosen.plan
-    if not symbols:
-        return
+    if not symbols or plan.notes.get("budget_unreachable"):
+        return  # static; or a fraction this graph cannot meet at any size (it keeps its min-cut plan)
     exprs = peak_expressions(chosen.forward, chosen.backward, ctx.num_fwd_outputs, ctx.options)
     hints = {s: _compat.shape_env_values(env)[s] for s in symbols}
     assumed = sizes.assumed_sizes()  # data-dependent sizes: at their assumed values, never guarded
@@ -132,6 +132,8 @@ def bound(ctx, chosen, mincut_plan, budget: int) -> None:
         limit = sympy.Integer(budget)
         conditions = [sympy.Le(e, limit) for e in exprs] if len(exprs) <= MAX_GUARDS else [sympy.Le(peak, limit)]
     else:
+        if mincut_plan.forward is None:
+            mincut_plan.realize()  # a released light candidate: built again
         mincut = peak_expressions(mincut_plan.forward, mincut_plan.backward, ctx.num_fwd_outputs, ctx.options)
         limit = sympy.Rational(str(fraction)) * (sympy.Max(*mincut) if len(mincut) > 1 else mincut[0])
         conditions = [sympy.Le(peak, limit)]

@@ -163,3 +163,29 @@ def test_dynamic_batch_through_inductor_keeps_the_budget():
 
         step()
         assert measure.measure_peak_bytes(step)["peak_bytes"] <= budget * TOLERANCE, b
+
+
+class _LossApart(nn.Module):
+    """A body, a graph break, then the loss in a graph of its own (nothing to trade there)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(32, 256), nn.GELU(), nn.Linear(256, 256), nn.GELU(), nn.Linear(256, 32))
+
+    def forward(self, x, y):
+        h = self.body(x)
+        torch._dynamo.graph_break()
+        return torch.nn.functional.mse_loss(h, y)
+
+
+def test_a_graph_a_fraction_cannot_apply_to_is_not_replanned_at_every_size():
+    torch.manual_seed(0)
+    model = _LossApart()
+    compiled = torch.compile(model, backend="fxremat", dynamic=True, options={"compiler": "eager", "memory_budget": 0.8})
+    with pytest.warns(fxremat.BudgetWarning):
+        for b in (8, 16, 32, 64, 128):
+            compiled(torch.randn(b, 32), torch.randn(b, 32)).backward()
+    plans = fxremat.inspect.plans()
+    unreachable = [p for p in plans if p.notes.get("budget_unreachable")]
+    assert unreachable and all("valid_while" not in p.notes for p in unreachable)
+    assert len({p.graph_id for p in plans}) == len(plans) == 2  # each graph planned once, at the first size
