@@ -110,6 +110,11 @@ def test_least_budget_bytes_from_budget_error():
     assert frontier.least_budget_bytes(error) == 1572864
     assert frontier.least_budget_bytes("RuntimeError: Allowed: a budget of at least 5 bytes") is None
     assert frontier.least_budget_bytes(None) is None
+    # A child's stderr ends with the BudgetError raised as itself (module-qualified), or wrapped by Dynamo.
+    for last in ("fxremat.plans.BudgetError: ", "torch._dynamo.exc.BackendCompilerFailed: backend='fxremat' raised:\n"
+                 "BudgetError: "):
+        text = _bench("frontier_child").error_text(1, "Traceback (most recent call last):\n  File x\n" + last + error.split(": ", 1)[1])
+        assert text.startswith("BudgetError: fxremat:") and frontier.least_budget_bytes(text) == 1572864
 
 
 def test_summary_at_the_memory_of_per_block_checkpointing():
