@@ -27,8 +27,8 @@ import torch._dynamo
 from . import _compat, inspect
 from .measure import measure_peak_bytes, saved_activation_bytes, time_steps
 from .models import make_gpt
-from .options import OptionError, format_bytes
-from .plans import BudgetError
+from .options import format_bytes
+from .plans import fxremat_error
 
 LOSS_RTOL = 1e-4  # fp32; Inductor reorders reductions, so losses agree closely, not bitwise
 LOSS_ATOL = 1e-6
@@ -244,7 +244,7 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> int:
             try:
                 runs.append(prepare_strategy(name, wrap, base_model, batch, config, progress))
             except Exception as exc:
-                cause = _user_error(exc)
+                cause = fxremat_error(exc)  # a budget or option the user gave: reported, not raised
                 if cause is None:
                     raise
                 error = str(cause)  # fxremat's messages name fxremat and the option
@@ -263,18 +263,6 @@ def run_demo(config: DemoConfig, out: TextIO | None = None) -> int:
     if error is not None:
         print(f"error: {error}", file=sys.stderr)
     return status
-
-
-def _user_error(exc: BaseException) -> BaseException | None:
-    """The BudgetError or OptionError behind ``exc``, if any: Dynamo wraps errors
-    raised inside a backend in its own exception types."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, (BudgetError, OptionError)):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
 
 
 def format_table(results: list[Result]) -> str:

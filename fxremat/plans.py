@@ -94,7 +94,7 @@ class Plan:
 
 def fxremat_error(error: BaseException) -> BaseException | None:
     """fxremat's own error (``BudgetError``, ``OptionError``) in ``error`` or the exceptions it
-    wraps (Dynamo's ``inner_exception``, ``__cause__``), if any."""
+    wraps (Dynamo's ``inner_exception``, ``__cause__``, ``__context__``), if any."""
     from .options import OptionError
 
     seen = set()
@@ -102,7 +102,7 @@ def fxremat_error(error: BaseException) -> BaseException | None:
         seen.add(id(error))
         if isinstance(error, (BudgetError, OptionError)):
             return error
-        error = getattr(error, "inner_exception", None) or error.__cause__
+        error = getattr(error, "inner_exception", None) or error.__cause__ or error.__context__
     return None
 
 
