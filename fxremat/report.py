@@ -81,6 +81,9 @@ def explain(plan: Any, measured: dict | None = None) -> dict[str, Any]:
         "pytorch_default_saved_bytes": default["saved_activation_bytes"] if default else None,
         "recomputed_ops": len(data["recomputed"]), "why": notes.get("why", ""),
         "solve_seconds": data.get("solve_seconds"), "stages": data.get("stages"),
+        # dynamic shapes (fxremat.dynamic): the sizes planned at, the peak at any size, where it holds
+        "size_symbols": notes.get("size_symbols"), "peak_expression": notes.get("peak_expression"),
+        "valid_while": notes.get("valid_while"), "assumed_sizes": notes.get("assumed_sizes"),
     }
     return {"summary": summary, "timeline": timeline, "layers": layers(data), "tradeoff": sweep,
             "measured": _measured(measured)}
@@ -341,6 +344,14 @@ def _summary_table(s: dict) -> str:
             ("recomputed ops", str(s["recomputed_ops"])), ("stages", "" if s["stages"] is None else str(s["stages"])),
             ("planned in", "" if s["solve_seconds"] is None else f"{s['solve_seconds']:.2f} s"),
             ("why", s["why"])]
+    if s.get("size_symbols"):
+        rows[3:3] = [("planned at sizes", ", ".join(f"{' = '.join(v['source'][:1])} = {v['value']} ({k})"
+                                                   for k, v in s["size_symbols"].items())),
+                     ("peak at any size (bytes)", s["peak_expression"] or ""),
+                     ("this plan runs while", " and ".join(s["valid_while"] or []))]
+    if s.get("assumed_sizes"):
+        rows.append(("data-dependent sizes assumed", ", ".join(f"{k} = {v['value']} ({v['from']})"
+                                                                for k, v in s["assumed_sizes"].items())))
     return "<table id=\"summary\">" + "".join(
         f"<tr><th>{html.escape(k)}</th><td class=\"text\">{html.escape(str(v))}</td></tr>" for k, v in rows) + "</table>"
 

@@ -107,6 +107,8 @@ def test_the_peak_expression_gives_the_peak_at_the_traced_sizes():
     peak = sympy.sympify(plan.notes["peak_expression"])
     at = {s: plan.notes["size_symbols"][str(s)]["value"] for s in peak.free_symbols}
     assert int(peak.xreplace(at)) == plan.predicted_peak_bytes
+    summary = fxremat.explain(plan)["summary"]  # the report says where the plan holds
+    assert summary["valid_while"] == plan.notes["valid_while"] and summary["peak_expression"]
     assert {tuple(v["source"]) for v in plan.notes["size_symbols"].values()} >= {("L['x'].size()[0]",)} or any(
         "size()[0]" in source for v in plan.notes["size_symbols"].values() for source in v["source"])
 
