@@ -229,9 +229,9 @@ def error_text(returncode: int, stderr: str) -> str:
         if not lines[i].startswith(" ") and ":" in lines[i] and ("Error" in head or "Exception" in head
                                                                   or head == "NotApplicable"):
             body = [ln for ln in lines[i:] if not ln.startswith(("Set TORCHDYNAMO_VERBOSE", "Set TORCH_LOGS"))]
-            # "fxremat.plans.BudgetError: ..." (raised as itself) reads "BudgetError: ...", as when
-            # Dynamo's wrapper printed it.
-            body[0] = head.rsplit(".", 1)[-1] + ":" + body[0].split(":", 1)[1]
+            from results_io import unqualified  # bench/ is on the path: this file's folder
+
+            body[0] = unqualified(body[0])
             return "\n".join(body).strip()[:3000] + f" [exit {returncode}]"
     return ("\n".join(lines[-20:]).strip() or f"exit status {returncode}")[:3000] + f" [exit {returncode}]"
 

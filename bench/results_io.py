@@ -134,6 +134,12 @@ def add_output_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
 
 
+def unqualified(line: str) -> str:
+    """An exception line without its module ("fxremat.plans.BudgetError: ..." reads
+    "BudgetError: ...", as when Dynamo's wrapper printed fxremat's errors)."""
+    return re.sub(r"^[\w.]*\.(\w*(?:Error|Exception|NotApplicable)\b)", r"\1", line)
+
+
 def run_child(script: str, spec: dict) -> dict:
     """``python <script> --child <spec as JSON>`` in a fresh process: the row its last line
     of output holds, or ``spec`` with its error as ``error``: the last line of its errors that
@@ -143,5 +149,5 @@ def run_child(script: str, spec: dict) -> dict:
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines()
         named = [line for line in lines if re.match(r"[\w.]*(Error|Exception)\b", line)]
-        return {**spec, "error": (named or lines or ["failed"])[-1]}
+        return {**spec, "error": unqualified((named or lines or ["failed"])[-1])}
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -106,8 +106,8 @@ class Context:
 
     def estimate(self, candidate: Candidate) -> float:
         """The cost model's seconds for a step of the candidate's graphs (``costmodel.estimate_step``,
-        the model that costs Rotor's stages): one yardstick for plans of different solvers,
-        and the one a plan's ``notes["why"]`` quotes; kept in ``notes["estimated_step_s"]``.
+        the model that costs Rotor's stages): one yardstick for plans of different solvers
+        (``auto``'s staged plan against the knapsack's); kept in ``notes["estimated_step_s"]``.
         The roofline reads light graphs (``lite``) as it reads torch.fx ones."""
         from . import costmodel
 
@@ -118,7 +118,7 @@ class Context:
         if timer is not None or candidate.forward is None:
             candidate.realize()  # measured kernels are built from torch.fx nodes; a released one has none
         seconds = costmodel.estimate_step(candidate.forward, candidate.backward, device, timer=timer).total_s
-        candidate.plan.notes["estimated_step_s"] = seconds  # what reports quote: one yardstick
+        candidate.plan.notes["estimated_step_s"] = seconds  # what reports quote
         return seconds
 
     def _device_and_timer(self):

@@ -4,7 +4,7 @@ From Python, ``fxremat.explain(plan)`` takes a ``Plan`` (``fxremat.inspect.plans
 ``plan.json`` a ``debug_dir`` holds and returns plain data:
 
 * ``summary``: solver, budget, predicted peak, estimated step time (``Context.estimate``,
-  the yardstick ``why`` quotes), floor, saved bytes against PyTorch's default partition;
+  the step time ``auto`` compares solvers by), floor, saved bytes against PyTorch's default;
 * ``timeline``: the predicted live bytes of each step, by kind (``timeline.KINDS``), its
   phase and module, the peak and the budget;
 * ``layers``: the plan by layer (module path up to its first index, "blocks.3"): bytes

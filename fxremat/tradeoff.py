@@ -1,6 +1,6 @@
 """What other budgets would buy: the plans of one graph at a sweep of budgets, each with its
-predicted peak and estimated step time (``Context.estimate``, the yardstick every plan's
-``notes["why"]`` quotes), and PyTorch's default partition of the same graph measured with
+predicted peak and estimated step time (``Context.estimate``, by which ``auto`` compares
+solvers' plans), and PyTorch's default partition of the same graph measured with
 the same models. Made for reports (``fxremat.explain``) when ``debug_dir`` is set: each
 point is a whole search of the solver on light graphs (``lite``), none is compiled."""
 

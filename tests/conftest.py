@@ -8,6 +8,13 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="fxrema
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Property tests draw the same examples every run (a seed fixed by each test): a red CI run
+# is a change's doing, not a draw's. A case a random draw once found is kept as a test of
+# its own (tests/test_solver_crosscheck.py). FXREMAT_HYPOTHESIS_RANDOM=1 draws afresh.
+settings.register_profile("fxremat", derandomize=os.environ.get("FXREMAT_HYPOTHESIS_RANDOM") != "1")
+settings.load_profile("fxremat")
 
 import fxremat  # noqa: E402
 

@@ -75,8 +75,8 @@ def test_cli_writes_a_report_whose_figures_match_the_plan(gpt_half, capsys):
     # The measured curve peaks where the measurement did, near the prediction.
     assert data["measured"]["peak_bytes"] == measured["peak_bytes"] == max(data["measured"]["live_bytes"])
     assert abs(measured["peak_bytes"] - plan.predicted_peak_bytes) <= 0.05 * plan.predicted_peak_bytes
-    # The plan's why quotes the plan's own estimate (one yardstick).
-    assert f"{plan.notes['estimated_step_s'] * 1e3:.3f} ms" in plan.notes["why"]
+    # The plan's why names its yardsticks: the stage solver's model, the step estimate.
+    assert "model makespan" in plan.notes["why"] and plan.notes["estimated_step_s"] > 0
 
 
 def test_layers_group_the_plan_by_module(gpt_half):

@@ -101,13 +101,13 @@ def test_knapsack_plans_are_reproducible_and_shrink_with_the_budget():
 def test_auto_keeps_the_plan_with_the_smaller_estimate():
     """Here the knapsack's plan is estimated faster than Rotor's, so auto keeps it, and
     says both estimates; Rotor asked for by name gives the slower one."""
-    plan, worst = _run({"memory_budget": 0.7})
+    plan, worst = _run({"memory_budget": 0.6})
     assert plan.solver == "knapsack" and worst <= 1e-12
     why = plan.notes["why"]
     assert why.endswith(": knapsack") and "the graph is a chain of stages: Rotor" in why
     estimated_rotor = float(why.split("against rotor's ")[1].split(" ms")[0])
     assert plan.notes["estimated_step_s"] * 1e3 < estimated_rotor
-    rotor_plan, _ = _run({"memory_budget": 0.7, "solver": "rotor"})
+    rotor_plan, _ = _run({"memory_budget": 0.6, "solver": "rotor"})
     assert rotor_plan.solver == "rotor" and rotor_plan.budget_bytes == plan.budget_bytes
 
 
@@ -240,15 +240,20 @@ def test_knapsack_plan_through_inductor_measures_as_predicted_and_under_the_budg
 
 def test_rotor_plans_around_the_knapsacks_saved_set_below_the_knapsacks_reach(monkeypatch):
     """Under the knapsack's least plan, auto's Rotor plans around the knapsack's saved set
-    too (its least-memory probe): attention stages kept whole hold no scores. Here that
-    is estimated faster than around the lean set, and its gradients are exact."""
+    too (its least-memory probe): attention stages kept whole hold no scores. It keeps the
+    saved set whose plan has the least makespan in Rotor's model, so a third set never makes
+    the plan dearer; its gradients are exact. (Here, op by op, the lean set's plan wins since
+    the eager timeline counts the softmax backward's ``fma`` temporary in every stage Rotor
+    keeps whole; through Inductor, which fuses it, the knapsack's set won on issue #4's
+    transformer: bench/results/cpu/ab_transformer_issue4_knapsack_cut.md.)"""
     from fxremat.strategies import staged
 
     plan, worst = _run({"memory_budget": 0.45})
-    assert plan.solver == "rotor" and plan.notes["saved_set"] == "knapsack"
-    assert plan.predicted_peak_bytes <= plan.budget_bytes and worst <= 1e-12
-    assert "the knapsack's saved sets" in plan.notes["why"]
+    assert plan.solver == "rotor" and plan.predicted_peak_bytes <= plan.budget_bytes and worst <= 1e-12
+    why = plan.notes["why"]
+    makespans = dict(part.rsplit(" ", 2)[0:2] for part in why.split("model makespan ")[1].split(";")[0].split(", "))
+    assert "knapsack" in makespans and plan.notes["saved_set"] == min(makespans, key=lambda k: float(makespans[k]))
     monkeypatch.setattr(staged, "SAVED_SETS", ("traffic", "lean"))
     without, _ = _run({"memory_budget": 0.45})
     assert without.solver == "rotor" and without.notes["saved_set"] != "knapsack"
-    assert plan.cut_cost < without.cut_cost and plan.budget_bytes == without.budget_bytes
+    assert plan.cut_cost <= without.cut_cost and plan.budget_bytes == without.budget_bytes

@@ -268,7 +268,7 @@ def test_debug_dir_writes_graphs_and_plan(tmp_path):
     f = torch.compile(_budget_fn, backend="fxremat", options={"compiler": "eager", "debug_dir": str(tmp_path)})
     f(x).backward()
     (folder,) = list(tmp_path.iterdir())
-    assert sorted(os.listdir(folder)) == ["backward.py", "forward.py", "plan.json"]
+    assert sorted(os.listdir(folder)) == ["backward.py", "forward.py", "memory_snapshot.pickle", "plan.json", "report.html"]
     plan = json.loads((folder / "plan.json").read_text())
     assert plan["saved"] and {"name", "shape", "dtype", "bytes"} <= set(plan["saved"][0])
     assert plan["predicted_peak_bytes"] == max(t["live_bytes"] for t in plan["timeline"])

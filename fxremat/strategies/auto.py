@@ -58,11 +58,11 @@ def _with_checkmate(traffic: staged.SavedSet, rotor_result: Candidate, budget: i
         checkmate_result = staged.plan_around(traffic, budget, SOLVERS["checkmate"], max_stages=CHECKMATE_MAX_STAGES)
     except BudgetError:
         checkmate_result = None
-    r = ctx.estimate(rotor_result)
-    c = ctx.estimate(checkmate_result) if checkmate_result else float("inf")
+    r = rotor_result.plan.cut_cost  # both makespans in the stage model's seconds (one model)
+    c = checkmate_result.plan.cut_cost if checkmate_result else float("inf")
     winner = checkmate_result if c < r else rotor_result
-    return winner, (f"the stages form a DAG ({skips} skip edges): Rotor and Checkmate both planned it, estimated "
-                    f"{r * 1e3:.3f} ms and {'no plan' if checkmate_result is None else f'{c * 1e3:.3f} ms'}: "
+    return winner, (f"the stages form a DAG ({skips} skip edges): Rotor and Checkmate both planned it, model "
+                    f"makespans {r * 1e3:.3f} ms and {'no plan' if checkmate_result is None else f'{c * 1e3:.3f} ms'}: "
                     f"{winner.plan.solver}")
 
 
@@ -82,8 +82,8 @@ def _staged_or_knapsack(ctx: Context, found: Candidate | BudgetError, knapsack_f
             raise found
         return found, f"the knapsack found no plan within the budget: {found.plan.solver}"
     k = ctx.estimate(knapsack_found)
-    given_up = (f"the knapsack (giving up {len(knapsack_found.plan.notes['given_up'])} values) is estimated "
-                f"{k * 1e3:.3f} ms")
+    given_up = (f"estimated step times (fxremat's cost model): the knapsack's plan (giving up "
+                f"{len(knapsack_found.plan.notes['given_up'])} values) {k * 1e3:.3f} ms")
     if staged_failed:
         return knapsack_found, f"{given_up}: knapsack"
     s = ctx.estimate(found)
