@@ -279,22 +279,6 @@ def size_hint(env, expr) -> int | None:
         return env.size_hint(expr, allow_none=True)
 
 
-def pin_sizes(example_inputs) -> None:
-    """Guard the symbolic sizes of a graph's inputs to their traced values (a compiled
-    function that holds only at these sizes: fxremat's refusal of a dynamic graph's size)."""
-    import sympy
-
-    for value in example_inputs:
-        dims = list(value.shape) if isinstance(value, torch.Tensor) else [value] if isinstance(value, torch.SymInt) else []
-        for d in dims:
-            if isinstance(d, torch.SymInt):
-                env = d.node.shape_env
-                values = shape_env_values(env)
-                for symbol in d.node.expr.free_symbols:
-                    if symbol in values:
-                        env.evaluate_expr(sympy.Eq(symbol, values[symbol]))
-
-
 def unbacked_fallback() -> int:
     """The size Inductor assumes for a data-dependent size it knows nothing of."""
     from torch._inductor import config as inductor_config

@@ -14,11 +14,12 @@ from typing import Any
 
 import torch.fx as fx
 
-from . import _compat, inspect
+from . import _compat, dynamic, inspect
 from .options import Options
 from .partition import partition
 from .candidate import log
 from .plans import BudgetWarning, fxremat_error
+from .sizes import symbolic_dims
 
 
 @functools.cache
@@ -85,7 +86,7 @@ def fxremat_backend(gm: fx.GraphModule, example_inputs, options: dict | None = N
         refusal = fxremat_error(error)
         if refusal is None:
             raise
-        _compat.pin_sizes(example_inputs)  # a dynamic graph refuses at these sizes only
+        dynamic.pin_sizes(example_inputs)  # a dynamic graph refuses at these sizes only
         return _refusing(refusal)
 
 
@@ -99,7 +100,7 @@ def _refusing(error: BaseException):
 def _compile(gm: fx.GraphModule, example_inputs, options: dict | None, mode: str | None):
     opts = Options.from_user(options, mode=mode)
     inspect.compiled()
-    partitioner = FxrematPartitioner(opts, cacheable=opts.memory_budget is None or not _dynamic(example_inputs))
+    partitioner = FxrematPartitioner(opts, cacheable=opts.memory_budget is None or not symbolic_dims(example_inputs))
     if opts.compiler == "eager":
         return _eager_compile(gm, example_inputs, partitioner)
     # Inductor's wrapper keeps a dead buffer alive until a later buffer of the same size
@@ -130,14 +131,6 @@ def _compile(gm: fx.GraphModule, example_inputs, options: dict | None, mode: str
         patches["fx_graph_cache"] = False
     _compat.install_segment_fusion_guard()
     return _compat.compile_fx(gm, example_inputs, config_patches=patches)
-
-
-def _dynamic(example_inputs) -> bool:
-    """Does the graph take symbolic sizes (``dynamic=True``, ``mark_dynamic``)?"""
-    import torch
-
-    return any(isinstance(x, torch.SymInt) or (isinstance(x, torch.Tensor) and any(
-        isinstance(d, torch.SymInt) for d in x.shape)) for x in example_inputs)
 
 
 def _eager_compile(gm, example_inputs, partitioner):

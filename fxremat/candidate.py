@@ -13,7 +13,7 @@ import torch.fx as fx
 
 from . import _compat, lite
 from .fx_passes import keep_products_apart, place_recomputations
-from .joint import NodeClasses, graph_device, module_path, recomputed_entry
+from .joint import NodeClasses, graph_device, recomputed_entry
 from .options import Options
 from .passes import mincut
 from .plans import Plan
@@ -198,7 +198,7 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
     plan = Plan(
         graph_id=ctx.graph_id,
         solver=solver,
-        saved=[{**describe(n), "module": module_path(n), "input": storage_of(n) in ctx.input_names}
+        saved=[{**describe(n), "input": storage_of(n) in ctx.input_names}
                for n in saved_final + saved_sym],
         saved_activation_bytes=storage_bytes(saved_final, ctx.input_names),
         recomputed=recomputed,

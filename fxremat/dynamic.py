@@ -22,7 +22,6 @@ import warnings
 from typing import Any
 
 import sympy
-import torch
 import torch.fx as fx
 
 from . import _compat, sizes
@@ -36,16 +35,25 @@ MAX_GUARDS = 12  # more envelope expressions than this are guarded as one Max(..
 def size_symbols(joint: fx.GraphModule) -> tuple[set[sympy.Symbol], Any]:
     """The backed size symbols of the joint graph's inputs (what Dynamo guards on) and
     their shape environment (None without symbols)."""
+    return _symbols_of([node.meta.get("val") for node in joint.graph.find_nodes(op="placeholder")])
+
+
+def _symbols_of(values) -> tuple[set[sympy.Symbol], Any]:
     symbols: set[sympy.Symbol] = set()
     env = None
-    for node in joint.graph.find_nodes(op="placeholder"):
-        val = node.meta.get("val")
-        dims = list(val.shape) if isinstance(val, torch.Tensor) else [val] if isinstance(val, torch.SymInt) else []
-        for d in dims:
-            if isinstance(d, torch.SymInt):
-                env = d.node.shape_env
-                symbols |= {s for s in d.node.expr.free_symbols if s in _compat.shape_env_values(env)}
+    for d in sizes.symbolic_dims(values):
+        env = d.node.shape_env
+        symbols |= {s for s in d.node.expr.free_symbols if s in _compat.shape_env_values(env)}
     return symbols, env
+
+
+def pin_sizes(example_inputs) -> None:
+    """Guard the graph's symbolic sizes to their traced values: a compiled function that
+    holds only at these sizes (the backend's refusal of a dynamic graph's size)."""
+    symbols, env = _symbols_of(example_inputs)
+    values = _compat.shape_env_values(env) if env is not None else {}
+    for symbol in symbols:
+        env.evaluate_expr(sympy.Eq(symbol, values[symbol]))
 
 
 def describe_sizes(symbols: set[sympy.Symbol], env) -> str:
@@ -148,36 +156,6 @@ def bound(ctx, chosen, mincut_plan, budget: int) -> None:
         for s, value in hints.items():
             env.evaluate_expr(sympy.Eq(s, value))
         plan.notes["valid_while"] = [f"{s} == {v}" for s, v in hints.items()]
-
-
-# A dynamic graph's budget errors by (graph, options, sizes): a size no plan fits is compiled
-# again at every call that meets it (Dynamo keeps no failed compile), and refused at once.
-_REFUSED: dict[tuple, BudgetError] = {}
-_REFUSED_MAX = 256
-
-
-def _refusal_key(ctx) -> tuple | None:
-    symbols, env = size_symbols(ctx.joint)
-    if not symbols:
-        return None
-    values = _compat.shape_env_values(env)
-    return ctx.graph_id, ctx.options.cache_key(), tuple(sorted((str(s), int(values[s])) for s in symbols))
-
-
-def refused_before(ctx) -> BudgetError | None:
-    """The BudgetError this dynamic graph got at these sizes before, if any."""
-    key = _refusal_key(ctx)
-    return _REFUSED.get(key) if key is not None else None
-
-
-def refuse(error: BudgetError, ctx) -> BudgetError:
-    """``error``, remembered for this dynamic graph at these sizes (``refused_before``)."""
-    key = _refusal_key(ctx)
-    if key is not None:
-        if len(_REFUSED) >= _REFUSED_MAX:
-            _REFUSED.pop(next(iter(_REFUSED)))
-        _REFUSED[key] = error
-    return error
 
 
 def with_sizes(error: BudgetError, ctx) -> BudgetError:

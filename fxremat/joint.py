@@ -47,10 +47,21 @@ def module_path(node: fx.Node) -> str:
 
 
 def recomputed_entry(copy: fx.Node, source: str) -> dict:
-    """A plan's record of one op the backward computes again: the copy's name and op, the
+    """A plan's record of one op the backward computes again: the copy's name and op, and the
     forward node it copies (``source``: a value recomputed twice has two copies of one
-    source) and its module."""
-    return {"name": copy.name, "op": str(copy.target), "source": source, "module": module_path(copy)}
+    source). Its module is added to the plan chosen (``add_modules``)."""
+    return {"name": copy.name, "op": str(copy.target), "source": source}
+
+
+def add_modules(saved: list[dict], recomputed: list[dict], joint: fx.GraphModule, backward: fx.GraphModule) -> None:
+    """The ``module`` (``module_path``) of each saved value (a joint node) and each recomputed
+    copy (a node of ``backward``), for reports: done for the plan chosen, not for every
+    candidate a search scores."""
+    nodes = {n.name: n for n in joint.graph.nodes}
+    copies = {n.name: n for n in backward.graph.nodes}
+    for entry, found in [(e, nodes) for e in saved] + [(e, copies) for e in recomputed]:
+        node = found.get(entry["name"])
+        entry["module"] = module_path(node) if node is not None else ""
 
 
 def prepare(joint: fx.GraphModule) -> fx.GraphModule:

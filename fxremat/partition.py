@@ -84,13 +84,10 @@ def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
     _compat.register_torch_log(log.name)  # TORCH_LOGS="fxremat": each plan's summary, at INFO
     sizes.reset_assumed()
     ctx = context(joint, num_fwd_outputs, options, static_lifetime_input_indices)
-    refused = dynamic.refused_before(ctx)
-    if refused is not None:
-        raise refused
     try:
         return _plan(ctx, joint_inputs, started)
     except BudgetError as error:
-        raise dynamic.refuse(dynamic.with_sizes(error, ctx), ctx) from None
+        raise dynamic.with_sizes(error, ctx) from None
 
 
 def _plan(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
@@ -131,6 +128,7 @@ def _plan(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.GraphModu
     plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code
     mark_predicted_levels(fwd, bwd, plan.timeline)
     plan.step_modules = step_modules(fwd, bwd, plan.timeline)
+    joint_graph.add_modules(plan.saved, plan.recomputed, ctx.joint, bwd)
     dynamic.warn_assumed(ctx, plan)
     if budget is not None:
         # Dynamic sizes: the plan is kept to the sizes where it meets the budget (a guard;

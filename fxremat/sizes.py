@@ -81,6 +81,16 @@ def node_bytes_expr(node: fx.Node) -> sympy.Expr:
     return sympy.Add(*(tensor_bytes_expr(t) for t in flat_tensors(node.meta.get("val"))))
 
 
+def symbolic_dims(values) -> list[torch.SymInt]:
+    """The symbolic sizes among ``values`` (tensors' dimensions and bare SymInts): what a
+    dynamic graph takes (``dynamic=True``, ``mark_dynamic``); empty for a static one."""
+    found = []
+    for value in values:
+        dims = list(value.shape) if isinstance(value, torch.Tensor) else [value]
+        found += [d for d in dims if isinstance(d, torch.SymInt)]
+    return found
+
+
 def flat_tensors(val) -> list[torch.Tensor]:
     if isinstance(val, torch.Tensor):
         return [val]
