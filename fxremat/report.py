@@ -182,7 +182,8 @@ def _measured(measured: dict | None) -> dict | None:
 
 
 def load_plan(path: str) -> dict:
-    """A ``plan.json`` (a file, or the folder holding one), checked. Raises ``ExplainError``."""
+    """A ``plan.json`` (a file, or the folder holding one), read (``explain`` checks it).
+    Raises ``ExplainError`` for a missing or corrupt file."""
     file = os.path.join(path, PLAN_FILE) if os.path.isdir(path) else path
     try:
         with open(file) as f:
@@ -191,7 +192,6 @@ def load_plan(path: str) -> dict:
         raise ExplainError(f"fxremat explain: no {PLAN_FILE} in {path}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ExplainError(f"fxremat explain: {file} is not a plan file (corrupt JSON: {error})") from None
-    explain(data)  # checks it
     return data
 
 
@@ -230,9 +230,9 @@ def write_reports(debug_dir: str) -> list[str]:
     reports = []
     summaries = []
     for folder in folders:
-        path = write_report(folder, measured if len(folders) == 1 else None)
+        path, report = _write_report(folder, measured if len(folders) == 1 else None)
         reports.append(path)
-        summaries.append((os.path.basename(folder), explain(load_plan(folder))["summary"]))
+        summaries.append((os.path.basename(folder), report["summary"]))
     index = os.path.join(debug_dir, REPORT_FILE)
     with open(index, "w") as f:
         f.write(_index_html(summaries, _measured(measured)))
@@ -242,11 +242,15 @@ def write_reports(debug_dir: str) -> list[str]:
 def write_report(folder: str, measured: dict | None = None) -> str:
     """``report.html`` for the plan in ``folder`` (with ``folder/measured.json``'s curve, or
     ``measured``); its path. Raises ``ExplainError``."""
+    return _write_report(folder, measured)[0]
+
+
+def _write_report(folder: str, measured: dict | None) -> tuple[str, dict]:
     report = explain(load_plan(folder), load_measured(folder) or measured)
     path = os.path.join(folder, REPORT_FILE)
     with open(path, "w") as f:
         f.write(render_html(report))
-    return path
+    return path, report
 
 
 # --- the memory-snapshot export --------------------------------------------------------------------
