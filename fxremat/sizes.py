@@ -62,8 +62,19 @@ def assumed_sizes() -> dict[str, dict]:
     return dict(_ASSUMED)
 
 
+# The CUDA caching allocator hands out blocks in multiples of 512 bytes (kMinBlockSize; its
+# round_size, c10/cuda/CUDACachingAllocator.cpp), and torch.cuda.max_memory_allocated counts
+# blocks: a tensor on a CUDA device takes its bytes rounded up to 512. A CPU tensor takes its
+# exact bytes (c10's CPU allocator, as the profiler reports them).
+CUDA_BLOCK_BYTES = 512
+
+
 def tensor_bytes(t: torch.Tensor) -> int:
-    return _hint(t.numel()) * t.element_size()
+    """Bytes the tensor's allocation takes on its device (a 512-byte multiple on CUDA)."""
+    nbytes = _hint(t.numel()) * t.element_size()
+    if nbytes and t.device.type == "cuda":
+        return -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
+    return nbytes
 
 
 def _expr(value) -> sympy.Expr:
@@ -73,6 +84,8 @@ def _expr(value) -> sympy.Expr:
 
 
 def tensor_bytes_expr(t: torch.Tensor) -> sympy.Expr:
+    # Exact bytes, without tensor_bytes' CUDA rounding (at most 511 bytes a tensor): a ceiling
+    # in the peak expression would reach the guards that fxremat.dynamic adds.
     return sympy.Mul(*(_expr(s) for s in t.shape), sympy.Integer(t.element_size()))
 
 

@@ -64,3 +64,18 @@ def test_plan_of_a_dynamic_batch_shows_the_symbol():
     assert mm["shape"][1] == "16" and not mm["shape"][0].isdigit()
     assert mm["bytes"] == 8 * 16 * 4
     assert sympy.simplify(sympy.sympify(mm["bytes_symbolic"], locals={batch.name: batch}) - 64 * batch) == 0
+
+
+def test_a_cuda_tensor_takes_whole_512_byte_blocks_and_a_cpu_tensor_its_bytes():
+    """The CUDA caching allocator rounds every block up to 512 bytes, and
+    ``max_memory_allocated`` counts blocks; c10's CPU allocator takes exact sizes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from fxremat.sizes import CUDA_BLOCK_BYTES, tensor_bytes
+
+    with FakeTensorMode():  # no GPU needed for a fake CUDA tensor
+        assert tensor_bytes(torch.empty(3, device="cuda")) == CUDA_BLOCK_BYTES == 512
+        assert tensor_bytes(torch.empty(128, device="cuda")) == 512
+        assert tensor_bytes(torch.empty(129, device="cuda")) == 1024
+        assert tensor_bytes(torch.empty(0, device="cuda")) == 0
+        assert tensor_bytes(torch.empty(3, device="cpu")) == 12
