@@ -78,8 +78,9 @@ QUICK_PREDICTION_CASES = [("gpt", {"batch": 2, "seq": 16, "dim": 32, "layers": 2
 GRAD_MODEL = dict(layers=4, dim=64, heads=4, seq=64, vocab=256)
 QUICK_GRAD_MODEL = dict(layers=2, dim=32, heads=2, seq=16, vocab=64)
 FRONTIER_ARGS = ["--scale", "gpu", "--strategies", "inductor,ckpt_blocks,pt_budget,fxremat", "--pt-budgets", "0.5",
-                 "--fx-budgets", "1.0,0.5", "--solvers", "auto", "--steps", "3", "--rounds", "3", "--jobs", "5"]
-QUICK_FRONTIER_ARGS = ["--scale", "tiny", *FRONTIER_ARGS[2:]]
+                 "--fx-budgets", "1.0,0.5", "--solvers", "auto", "--steps", "3", "--rounds", "3", "--jobs", "4",
+                 "--sizes", json.dumps({"resnet50": {"batch": 32}})]
+QUICK_FRONTIER_ARGS = ["--scale", "tiny", *FRONTIER_ARGS[2:-2]]
 LEAST_MAX_PROBES = 4
 
 

@@ -90,7 +90,9 @@ def git_state() -> dict:
         except (OSError, subprocess.SubprocessError):
             return ""
     dirty = git("status", "--porcelain", "--", *MEASURED_CODE)
-    return {"commit": git("rev-parse", "HEAD"), "fxremat_dirty_files": dirty.splitlines()}
+    # A copy without .git (the GPU machine gets the working tree only): the commit its sender named.
+    commit = git("rev-parse", "HEAD") or os.environ.get("FXREMAT_SOURCE_COMMIT", "")
+    return {"commit": commit, "fxremat_dirty_files": dirty.splitlines()}
 
 
 def metadata(argv: list[str] | None = None) -> dict:
