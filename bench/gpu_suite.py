@@ -77,7 +77,7 @@ QUICK_PREDICTION_CASES = [("gpt", {"batch": 2, "seq": 16, "dim": 32, "layers": 2
                           ("gpt", {"batch": 2, "seq": 16, "dim": 32, "layers": 2}, {"memory_budget": "least"})]
 GRAD_MODEL = dict(layers=4, dim=64, heads=4, seq=64, vocab=256)
 QUICK_GRAD_MODEL = dict(layers=2, dim=32, heads=2, seq=16, vocab=64)
-FRONTIER_ARGS = ["--scale", "gpu", "--strategies", "inductor,ckpt_blocks,pt_budget,fxremat", "--pt-budgets", "0.5",
+FRONTIER_ARGS = ["--scale", "gpu", "--pt-budgets", "0.5",
                  "--fx-budgets", "1.0,0.5", "--solvers", "auto", "--steps", "3", "--rounds", "3", "--jobs", "4",
                  "--sizes", json.dumps({"resnet50": {"batch": 32}})]
 QUICK_FRONTIER_ARGS = ["--scale", "tiny", *FRONTIER_ARGS[2:-2]]
@@ -284,7 +284,7 @@ def check(args) -> dict:
 def start_frontier(args) -> subprocess.Popen:
     scale = QUICK_FRONTIER_ARGS if args.quick else FRONTIER_ARGS
     command = [sys.executable, os.path.join(HERE, "frontier.py"), "--device", args.device, *scale,
-               "--models", args.models, "--out", os.path.join(args.out, "frontier")]
+               "--models", args.models, "--strategies", args.strategies, "--out", os.path.join(args.out, "frontier")]
     print("frontier:", " ".join(command[1:]), flush=True)
     return subprocess.Popen(command)
 
@@ -308,6 +308,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run, on CPU too)")
     parser.add_argument("--jobs", type=int, default=6, help="prediction processes at a time")
     parser.add_argument("--models", default="gpt2,resnet50", help="the frontier's models")
+    parser.add_argument("--strategies", default="inductor,ckpt_blocks,pt_budget,fxremat",
+                        help="the frontier's strategies (bench/frontier.py --strategies)")
     parser.add_argument("--deadline", type=float, default=None,
                         help="seconds from the start: the frontier is stopped there (its finished models are kept)")
     args = parser.parse_args(argv)

@@ -30,6 +30,7 @@ def _map_source_passes() -> None:
 
 _map_source_passes()
 
+from . import _compat  # noqa: E402
 from ._compat import check_torch  # noqa: E402  (fails early on too old a torch)
 from .backend import FxrematPartitioner, fxremat_backend  # noqa: E402
 from .options import OptionError, Options, parse_bytes  # noqa: E402
@@ -37,6 +38,8 @@ from .plans import BudgetError, BudgetWarning, Plan  # noqa: E402
 from . import inspect  # noqa: E402
 from .planning import plan_model as plan  # noqa: E402
 from .report import explain  # noqa: E402
+
+_compat.register_backend("fxremat", fxremat_backend)  # also without the entry point (a checkout on PYTHONPATH)
 
 __all__ = [
     "BudgetError", "BudgetWarning", "FxrematPartitioner", "OptionError", "Options", "Plan",

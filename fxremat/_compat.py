@@ -636,3 +636,14 @@ def real_tensors() -> Iterator[None]:
 
     with unset_fake_temporarily(), torch._C._DisablePythonDispatcher():
         yield
+
+
+def register_backend(name: str, compiler_fn) -> None:
+    """Make ``torch.compile(backend=name)`` find ``compiler_fn`` once this package is imported.
+    The ``torch_dynamo_backends`` entry point does it for an installed fxremat; a checkout on
+    ``PYTHONPATH`` has no entry point (its egg-info is not copied with it), so the import
+    registers the name itself, unless Dynamo knows it already."""
+    from torch._dynamo.backends import registry
+
+    if name not in registry._COMPILER_FNS:
+        registry.register_backend(compiler_fn=compiler_fn, name=name)
