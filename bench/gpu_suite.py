@@ -31,6 +31,18 @@ default, per-block checkpointing, PyTorch's ``activation_memory_budget`` 0.5, fx
 ``DIR/frontier/``.
 
 Every part records its wall time (``wall_s``) beside its results.
+
+On the GPU machine (an H100, torch 2.11, cold caches, 2026-11-25: ``bench/results/cuda/``), the
+parts take: ``check --only grads`` about 3 min; each prediction row 1-2 min, 6 at a time, so the
+16 rows about 5 min; the frontier about 1 min per strategy and model, 4 at a time, so 5-6 min a
+model. A 10-minute call holds the check or one frontier model, not both: run them as separate
+calls, e.g. ::
+
+    python bench/gpu_suite.py check --out $OUT --record decoder 2>&1 | tee $OUT/log.txt
+    python bench/gpu_suite.py frontier --models gpt2 --out $OUT 2>&1 | tee $OUT/log.txt
+
+(no ``grep`` in the pipe: it holds the log back until it ends, and a call stopped at its limit
+returns none of it).
 """
 
 from __future__ import annotations
@@ -40,6 +52,7 @@ import concurrent.futures
 import copy
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -206,7 +219,7 @@ def grad_checks(device: str, quick: bool) -> list[dict]:
 
 # --- predicted vs measured peaks -----------------------------------------------------------
 
-def _measure(case, device: str) -> dict:
+def _measure(case, device: str, record_dir: str | None = None) -> dict:
     from fxremat.harness import measure_step
 
     model, kwargs, options = case
@@ -218,7 +231,8 @@ def _measure(case, device: str) -> dict:
     try:
         for _ in range(LEAST_MAX_PROBES):
             try:
-                result = measure_step(model, "fxremat", options, device=device, model_kwargs=kwargs, timeout=600)
+                result = measure_step(model, "fxremat", options, device=device, model_kwargs=kwargs, timeout=600,
+                                      record_dir=record_dir)
                 break
             except RuntimeError as err:
                 least = least_budget(str(err)) if "BudgetError" in str(err) else None
@@ -234,23 +248,40 @@ def _measure(case, device: str) -> dict:
                    predicted_peak_bytes=result["predicted_peak_bytes"], measured_peak_bytes=result["peak_bytes"],
                    predicted_over_measured=predicted / result["peak_bytes"], budget_bytes=result["budget_bytes"],
                    solver=result["solver"], recomputed_ops=result["recomputed_ops"],
-                   device_name=result["device_name"], torch=result["torch"])
+                   device_name=result["device_name"], torch=result["torch"], record_dir=result.get("record_dir"))
     except Exception as err:  # noqa: BLE001
         row["error"] = f"{type(err).__name__}: {err}"[-3000:]
     row["wall_s"] = round(time.perf_counter() - started, 1)
     return row
 
 
-def predictions(device: str, quick: bool, jobs: int, done) -> list[dict]:
-    cases = QUICK_PREDICTION_CASES if quick else PREDICTION_CASES
+def _case_name(case) -> str:
+    model, kwargs, options = case
+    return "_".join([model, *(f"{k}-{v}" for k, v in sorted(options.items()))])
+
+
+def predictions(args, done) -> list[dict]:
+    cases = QUICK_PREDICTION_CASES if args.quick else PREDICTION_CASES
+    if args.cases:
+        cases = [c for c in cases if c[0] in args.cases.split(",")]
+    record = set(args.record.split(",")) if args.record else set()
+    records = os.path.join(args.out, "records")
+
+    def measure(case):
+        record_dir = os.path.join(records, _case_name(case)) if case[0] in record else None
+        return _measure(case, args.device, record_dir)
+
     rows = []
-    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        for row in pool.map(lambda case: _measure(case, device), cases):
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        for row in pool.map(measure, cases):
             rows.append(row)
             brief = {k: row.get(k) for k in ("model", "options", "predicted_peak_bytes", "measured_peak_bytes",
                                               "predicted_over_measured", "wall_s", "error")}
             print("prediction", json.dumps(brief)[:600], flush=True)
             done(rows)
+    if os.path.isdir(records):  # one file to bring back from the GPU machine
+        shutil.make_archive(records, "gztar", records)
+        shutil.rmtree(records)
     return rows
 
 
@@ -265,10 +296,11 @@ def check(args) -> dict:
     def save():
         results_io.write_json(path, data)
 
-    for name, part in (("grads", lambda: grad_checks(args.device, args.quick)),
-                       ("prediction", lambda: predictions(args.device, args.quick, args.jobs,
-                                                          lambda rows: (data.__setitem__("prediction", rows),
-                                                                        save())))):
+    parts = (("grads", lambda: grad_checks(args.device, args.quick)),
+             ("prediction", lambda: predictions(args, lambda rows: (data.__setitem__("prediction", rows), save()))))
+    for name, part in parts:
+        if args.only and name not in args.only.split(","):
+            continue
         started = time.perf_counter()
         try:
             data[name] = part()
@@ -308,6 +340,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run, on CPU too)")
     parser.add_argument("--jobs", type=int, default=6, help="prediction processes at a time")
     parser.add_argument("--models", default="gpt2,resnet50", help="the frontier's models")
+    parser.add_argument("--only", default=None, help="check: the parts to run (grads, prediction; default both)")
+    parser.add_argument("--cases", default=None, help="prediction: only these models' rows (comma list)")
+    parser.add_argument("--record", default=None,
+                        help="prediction: these models' rows also record the allocator's history, the predicted "
+                             "timelines and Inductor's code (fxremat.harness.record_cuda_step), in records.tar.gz")
     parser.add_argument("--strategies", default="inductor,ckpt_blocks,pt_budget,fxremat",
                         help="the frontier's strategies (bench/frontier.py --strategies)")
     parser.add_argument("--deadline", type=float, default=None,

@@ -642,8 +642,11 @@ def register_backend(name: str, compiler_fn) -> None:
     """Make ``torch.compile(backend=name)`` find ``compiler_fn`` once this package is imported.
     The ``torch_dynamo_backends`` entry point does it for an installed fxremat; a checkout on
     ``PYTHONPATH`` has no entry point (its egg-info is not copied with it), so the import
-    registers the name itself, unless Dynamo knows it already."""
+    registers the name itself. Not when Dynamo knows the name already, nor when it knows the
+    entry point: ``lookup_backend`` registers what the entry point loads, after the import
+    that loading runs, and a second registration of the name is an error there."""
     from torch._dynamo.backends import registry
 
-    if name not in registry._COMPILER_FNS:
-        registry.register_backend(compiler_fn=compiler_fn, name=name)
+    if name in registry._COMPILER_FNS or registry._BACKENDS.get(name) is not None:
+        return
+    registry.register_backend(compiler_fn=compiler_fn, name=name)

@@ -60,16 +60,17 @@ def release_malloc_pin() -> bool:
 def measure_step(model: str, backend: str = "fxremat", options: dict | None = None, *, device: str = "cpu",
                  dtype: str = "float32", model_kwargs: dict | None = None, warmup: int = 2,
                  time_steps: int = 0, grad_check: bool = False, threads: int | None = None,
-                 timeout: float = 900) -> dict[str, Any]:
+                 timeout: float = 900, record_dir: str | None = None) -> dict[str, Any]:
     """``time_steps``: also time that many training steps (median ``step_seconds``).
     ``grad_check``: also compile the model in float64 with the same backend and
     options and compare its gradients with eager PyTorch's (``grad_max_rel_error``:
     the largest ``|g - g_eager|`` over all parameters, relative to the largest
     ``|g_eager|`` of that parameter, floored at 1e-3 of the largest of all). ``threads``: ``torch.set_num_threads`` in the
-    child (1 gives steadier step times on a shared machine)."""
+    child (1 gives steadier step times on a shared machine). ``record_dir`` (CUDA): also write
+    what explains a gap between predicted and measured peak there (``record_cuda_step``)."""
     spec = {"model": model, "backend": backend, "options": options or {}, "device": device, "dtype": dtype,
             "model_kwargs": model_kwargs or {}, "warmup": warmup, "time_steps": time_steps,
-            "grad_check": grad_check, "threads": threads}
+            "grad_check": grad_check, "threads": threads, "record_dir": record_dir}
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(MMAP_THRESHOLD), PYTHONWARNINGS="ignore")
     out = subprocess.run([sys.executable, "-m", "fxremat.harness", json.dumps(spec)], capture_output=True,
                          text=True, env=env, timeout=timeout)
@@ -160,6 +161,11 @@ def _child(spec: dict) -> dict:
 
         result["step_seconds"] = statistics.median(time_steps(train_step, warmup=1, steps=spec["time_steps"]))
     plans = fxremat.inspect.plans()
+    if spec.get("record_dir") and device.type == "cuda":
+        try:  # a diagnostic: its failure must not lose the row's figures
+            result["record_dir"] = record_cuda_step(model, step, plans, spec["record_dir"])
+        except Exception as err:  # noqa: BLE001
+            result["record_error"] = f"{type(err).__name__}: {err}"
     result["solve_seconds"] = [p.solve_seconds for p in plans]
     if spec.get("grad_check"):
         result["grad_max_rel_error"] = _grad_error(spec)
@@ -169,6 +175,43 @@ def _child(spec: dict) -> dict:
     result["budget_bytes"] = [p.budget_bytes for p in plans]
     result["solver"] = [p.solver for p in plans]
     return result
+
+
+def record_cuda_step(model, step, plans, record_dir: str) -> str:
+    """What explains a gap between predicted and measured peak on CUDA, written to
+    ``record_dir``: ``snapshot.pickle``, the caching allocator's history over one more step
+    with Python stacks (``torch.cuda.memory._snapshot()``, read by pytorch.org/memory_viz; the
+    frames of an allocation name the line of Inductor's generated code that made it);
+    ``predicted.json``, each plan's predicted timeline (``Plan.timeline_records``) and peak;
+    and ``code/``, the generated code files those frames name."""
+    import pickle
+    import shutil
+
+    import torch
+
+    os.makedirs(record_dir, exist_ok=True)
+    model.zero_grad(set_to_none=True)
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
+    try:
+        step()
+        torch.cuda.synchronize()
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    with open(os.path.join(record_dir, "snapshot.pickle"), "wb") as f:
+        pickle.dump(snapshot, f)
+    with open(os.path.join(record_dir, "predicted.json"), "w") as f:
+        json.dump([{"graph": p.graph_id, "solver": p.solver, "predicted_peak_bytes": p.predicted_peak_bytes,
+                    "budget_bytes": p.budget_bytes, "timeline": p.timeline_records()} for p in plans], f)
+    code = {frame["filename"] for trace in snapshot["device_traces"] for event in trace
+            for frame in event.get("frames", []) if "torchinductor" in frame.get("filename", "")}
+    os.makedirs(os.path.join(record_dir, "code"), exist_ok=True)
+    for path in code:
+        if os.path.isfile(path):
+            shutil.copy(path, os.path.join(record_dir, "code", os.path.basename(path)))
+    return record_dir
 
 
 def _grad_error(spec: dict) -> float:
