@@ -15,10 +15,11 @@ was measured.
 - ``env``: torch, CUDA, Triton and Python versions, the GPU's name and capability.
 - ``grads``: gradients under fxremat against a reference on a small GPT (``fxremat.models.GPT``):
   in float64 without dropout against eager PyTorch (a correct plan lands near 1e-12), at budget
-  0.5 and at the least feasible budget; in float32 with dropout 0.1 against ``torch.compile``'s
-  default partition with the same seed: the random ops stay in the forward graph (fxremat never
-  recomputes one), so both draw the same numbers from Inductor's Philox seeds and the
-  gradients agree to float32 rounding; a recomputed draw would not.
+  0.75 and at the least feasible budget; in float32 with dropout 0.1 at the least budget against
+  ``torch.compile``'s default partition with the same seed: Inductor draws random numbers from
+  Philox seeds, so a plan that keeps a draw and one that recomputes it from its seed draw the
+  same numbers as the default partition, and the gradients agree to float32 rounding. A
+  recomputation that drew anew would not: another seed's loss (recorded) shows how far apart.
 - ``prediction``: fxremat's predicted peak against ``torch.cuda.max_memory_allocated`` above
   the inputs (``fxremat.harness.measure_step``, a fresh process per row, ``--jobs`` at a time:
   each process's peak is its own), for the test zoo at GPU-sized batches, without a budget, at
