@@ -83,6 +83,11 @@ class Context:
     _costs: dict[fx.Node, float] | None = None
     facts: lite.Facts = dataclasses.field(default_factory=lite.Facts)  # for light copies of its nodes
     started: float = dataclasses.field(default_factory=time.perf_counter)  # when planning began
+    # The cost model's figures: the device profile (None: the graph's device's, ``profile_for``)
+    # and the timer of cost_model="measured" (None: made on first use). ``ranks`` sets both to
+    # rank 0's when ranks plan apart.
+    profile: Any = None
+    timer: Any = None
 
     def progress(self, what: str) -> None:
         """Log what planning does next, and how long it has taken: at INFO once that is
@@ -122,11 +127,31 @@ class Context:
         return seconds
 
     def _device_and_timer(self):
-        """The graph's device, and the timer of ``cost_model="measured"`` (None: the roofline)."""
+        """The graph's device (or the profile it is costed with), and the timer of
+        ``cost_model="measured"`` (None: the roofline): one timer a graph, shared by the
+        copies of this context that strategies make."""
         from . import costmodel
 
         device = graph_device(self.joint)
-        return device, costmodel.OpTimer(device) if self.options.cost_model == "measured" else None
+        if self.options.cost_model == "measured" and self.timer is None:
+            self.timer = costmodel.OpTimer(device)
+        return (self.profile or device), self.timer
+
+    def figures(self) -> tuple[Any, dict[str, float]]:
+        """The profile and the measured kernel times this context's plans were costed with."""
+        from . import costmodel
+
+        profile, timer = self._device_and_timer()
+        return costmodel.profile_for(profile), dict(timer.used) if timer is not None else {}
+
+    def frozen_timer(self, timings: dict[str, float]):
+        """A timer that answers with ``timings`` and measures nothing (None without
+        ``cost_model="measured"``)."""
+        from . import costmodel
+
+        if self.options.cost_model != "measured":
+            return None
+        return costmodel.OpTimer(graph_device(self.joint), preset=timings)
 
 
 def extract(ctx: Context, saved: list[fx.Node], backward_template: bool = False, light: bool = False

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import torch.fx as fx
 
-from . import _compat, dynamic, joint as joint_graph, sizes, tradeoff
+from . import _compat, dynamic, joint as joint_graph, ranks, sizes, tradeoff
 from .candidate import Candidate, Context, log
 from .fx_passes import mark_predicted_levels
 from .options import Options, format_bytes
@@ -85,7 +85,7 @@ def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
     sizes.reset_assumed()
     ctx = context(joint, num_fwd_outputs, options, static_lifetime_input_indices)
     try:
-        return _plan(ctx, joint_inputs, started)
+        return ranks.same_plan(ctx, lambda ctx: _plan(ctx, joint_inputs, started))
     except BudgetError as error:
         raise dynamic.with_sizes(error, ctx) from None
 

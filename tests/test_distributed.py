@@ -1,7 +1,11 @@
-"""Training across processes (issue #22, first part): DDP on 2 gloo ranks (CPU), compiled with
-fxremat in both orders, with DDPOptimizer's graph splitting and without. Each rank's gradients
-equal single-process eager PyTorch's on the two ranks' batches (float64), and both ranks make
-the same plans. Every run has a timeout and fails clearly; nothing hangs."""
+"""Training across processes (issue #22): 2 gloo ranks (CPU), float64.
+
+- DDP compiled with fxremat in both orders, with DDPOptimizer's graph splitting and without;
+- FSDP2 (``fully_shard`` on every block and on the model), compiled whole or block by block.
+
+Each rank's gradients equal single-process eager PyTorch's on the two ranks' batches (both
+wrappers average them), and both ranks make the same plans. Every run has a timeout and fails
+clearly; nothing hangs."""
 
 import os
 import socket
@@ -35,19 +39,38 @@ def _model():
     return models.make_transformer(dim=BATCH["dim"], layers=4)[0].double()
 
 
-def _worker(rank, world, port, folder, order, optimize_ddp, budget):
+def _worker(rank, world, port, folder, order, optimize_ddp, budget, cost_model="analytic"):
     import torch.distributed as dist
 
     import fxremat
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if cost_model == "measured":
+        # Each rank its own timing cache, and rank 1 a device a thousand times slower on every
+        # library kernel: left alone, the ranks would cost plans apart.
+        os.environ["FXREMAT_CACHE_DIR"] = os.path.join(folder, f"cache{rank}")
+        if rank == 1:
+            from fxremat.optimer import OpTimer
+
+            OpTimer._measure = lambda self, group: 1e-1
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         torch._dynamo.config.optimize_ddp = optimize_ddp
         model = _model()
-        options = {"compiler": "eager", "memory_budget": budget}
+        options = {"compiler": "eager", "memory_budget": budget, "cost_model": cost_model}
         # bucket_cap_mb=1: DDP's first bucket is 1 MB; several buckets split the graph (DDPOptimizer)
-        if order == "ddp_then_compile":
+        if order.startswith("fsdp2"):
+            from torch.distributed.device_mesh import init_device_mesh
+            from torch.distributed.fsdp import fully_shard
+
+            mesh = init_device_mesh("cpu", (world,))
+            for block in model.blocks:
+                fully_shard(block, mesh=mesh)
+                if order == "fsdp2_compile_blocks":
+                    block.compile(backend="fxremat", options=options)
+            fully_shard(model, mesh=mesh)
+            step = torch.compile(model, backend="fxremat", options=options) if order == "fsdp2_compile_model" else model
+        elif order == "ddp_then_compile":
             step = torch.compile(torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1),
                                  backend="fxremat", options=options)
         else:
@@ -56,12 +79,18 @@ def _worker(rank, world, port, folder, order, optimize_ddp, budget):
         step(*_batch(rank)).backward()
         plans = [{"graph_id": p.graph_id, "solver": p.solver, "saved": [d["name"] for d in p.saved],
                   "recomputed": [d["name"] for d in p.recomputed], "sequence": p.sequence,
-                  "predicted_peak_bytes": p.predicted_peak_bytes, "budget_bytes": p.budget_bytes}
+                  "predicted_peak_bytes": p.predicted_peak_bytes, "budget_bytes": p.budget_bytes,
+                  "replanned": p.notes.get("ranks")}
                  for p in fxremat.inspect.plans()]
-        grads = [p.grad.detach().clone() for p in _parameters(step)]
+        grads = [_full(p.grad).detach().clone() for p in _parameters(step)]
         torch.save({"plans": plans, "grads": grads}, os.path.join(folder, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
+
+
+def _full(grad):
+    """FSDP2's gradients are this rank's shards (DTensor): the whole gradient, gathered."""
+    return grad.full_tensor() if hasattr(grad, "full_tensor") else grad
 
 
 def _parameters(step):
@@ -70,9 +99,10 @@ def _parameters(step):
     return list(getattr(module, "_orig_mod", module).parameters())
 
 
-def _run(order, optimize_ddp, budget):
+def _run(order, optimize_ddp, budget, cost_model="analytic"):
     folder = tempfile.mkdtemp(prefix="fxremat-ddp-")
-    context = mp.start_processes(_worker, args=(2, _free_port(), folder, order, optimize_ddp, budget), nprocs=2,
+    context = mp.start_processes(_worker, args=(2, _free_port(), folder, order, optimize_ddp, budget, cost_model),
+                                 nprocs=2,
                                  join=False, start_method="spawn")
     import time
 
@@ -81,7 +111,7 @@ def _run(order, optimize_ddp, budget):
         if time.monotonic() > deadline:
             for process in context.processes:
                 process.kill()
-            pytest.fail(f"DDP run ({order}, optimize_ddp={optimize_ddp}) did not finish in {TIMEOUT_S} s")
+            pytest.fail(f"run ({order}, optimize_ddp={optimize_ddp}) did not finish in {TIMEOUT_S} s")
     return [torch.load(os.path.join(folder, f"rank{r}.pt")) for r in range(2)]
 
 
@@ -95,12 +125,28 @@ def _eager_grads():
 
 @pytest.mark.parametrize("order, optimize_ddp", [
     ("ddp_then_compile", True), ("ddp_then_compile", False), ("compile_then_ddp", False),
+    ("fsdp2_compile_model", False), ("fsdp2_compile_blocks", False),
 ])
-def test_ddp_on_two_ranks_gives_eager_gradients_and_the_same_plans(order, optimize_ddp):
+def test_two_ranks_give_eager_gradients_and_the_same_plans(order, optimize_ddp):
     ranks = _run(order, optimize_ddp, budget=0.9)
     assert ranks[0]["plans"] and ranks[0]["plans"] == ranks[1]["plans"]
     if order == "ddp_then_compile" and optimize_ddp:
         assert len(ranks[0]["plans"]) > 1  # DDPOptimizer split the graph at bucket boundaries
+    expected = _eager_grads()
+    for rank in ranks:
+        worst = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-3)).item()
+                    for a, b in zip(rank["grads"], expected))
+        assert worst <= 1e-12, worst
+
+
+def test_ranks_that_cost_plans_apart_get_rank_0s_plan():
+    """cost_model="measured" on ranks whose kernels time differently (rank 1 a thousand
+    times slower): rank 1 plans again with rank 0's times (``fxremat.ranks``), so both
+    compile the same graphs, and the gradients are eager's."""
+    ranks = _run("ddp_then_compile", False, budget=0.8, cost_model="measured")
+    assert ranks[0]["plans"] and ranks[0]["plans"] == [dict(p, replanned=None) for p in ranks[1]["plans"]]
+    assert all(p["replanned"] is None for p in ranks[0]["plans"])
+    assert any(p["replanned"] for p in ranks[1]["plans"]), "the ranks' timings did not set their plans apart"
     expected = _eager_grads()
     for rank in ranks:
         worst = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-3)).item()
