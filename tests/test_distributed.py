@@ -39,7 +39,7 @@ def _model():
     return models.make_transformer(dim=BATCH["dim"], layers=4)[0].double()
 
 
-def _worker(rank, world, port, folder, order, optimize_ddp, budget, cost_model="analytic"):
+def _worker(rank, world, port, folder, order, optimize_ddp, budget, cost_model="roofline"):
     import torch.distributed as dist
 
     import fxremat
@@ -99,7 +99,7 @@ def _parameters(step):
     return list(getattr(module, "_orig_mod", module).parameters())
 
 
-def _run(order, optimize_ddp, budget, cost_model="analytic"):
+def _run(order, optimize_ddp, budget, cost_model="roofline"):
     folder = tempfile.mkdtemp(prefix="fxremat-ddp-")
     context = mp.start_processes(_worker, args=(2, _free_port(), folder, order, optimize_ddp, budget, cost_model),
                                  nprocs=2,
