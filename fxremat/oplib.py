@@ -97,6 +97,17 @@ def _op_flags(op) -> int:
     return flags
 
 
+COLLECTIVE_NAMESPACES = ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd", "c10d")
+
+
+def is_collective(node: fx.Node) -> bool:
+    """A collective or its wait (``_c10d_functional``, as torch's partitioners test it):
+    never recomputed (``_compat.force_save_special_ops`` marks them MUST_SAVE) and never run
+    by the planner to measure it, since a collective that one rank issues alone waits for
+    the others forever."""
+    return isinstance(node.target, torch._ops.OpOverload) and node.target.namespace in COLLECTIVE_NAMESPACES
+
+
 def is_random(node: fx.Node) -> bool:
     """Draws random numbers: recomputing it would not reproduce its values. Attention
     ops are tagged nondeterministic_seeded for their dropout; with ``dropout_p == 0``

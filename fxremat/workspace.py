@@ -48,6 +48,7 @@ def is_library_call(node: Any) -> bool:
     attention-scores-sized temporary, measured 12% over the prediction on a transformer)."""
     if not (node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
             and not is_alias(node) and not oplib.is_getitem(node) and not oplib.is_random(node)
+            and not oplib.is_collective(node)
             and any(isinstance(a.meta.get("val"), torch.Tensor) for a in node.all_input_nodes)):
         return False
     return not oplib.is_fusible(node) or node.target.namespace == "prims"

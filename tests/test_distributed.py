@@ -152,3 +152,79 @@ def test_ranks_that_cost_plans_apart_get_rank_0s_plan():
         worst = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-3)).item()
                     for a, b in zip(rank["grads"], expected))
         assert worst <= 1e-12, worst
+
+
+class _Gathered(torch.nn.Module):
+    """Each block all-gathers its input along the batch (a functional collective in the
+    forward; its gradient, a reduce-scatter, in the backward) and keeps this rank's rows."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(32, 512), torch.nn.GELU(), torch.nn.Linear(512, 32)) for _ in range(4))
+
+    def forward(self, x):
+        import torch.distributed as dist
+        import torch.distributed._functional_collectives as funcol
+
+        for block in self.blocks:
+            rows = funcol.all_gather_tensor_autograd(x, gather_dim=0, group=dist.group.WORLD)
+            x = x + block(rows).chunk(dist.get_world_size())[dist.get_rank()]
+        return x.square().mean()
+
+
+def _collective_worker(rank, world, port, folder):
+    import copy
+
+    import torch.distributed as dist
+
+    import fxremat
+    from fxremat import oplib
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        model = _Gathered().double()
+        reference = copy.deepcopy(model)
+        x = torch.randn(256, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(rank))
+        reference(x).backward()
+        step = torch.compile(model, backend="fxremat", fullgraph=True,
+                             options={"compiler": "eager", "memory_budget": 0.6})
+        step(x).backward()
+        (plan,) = fxremat.inspect.plans()
+        collectives = [d["name"] for d in plan.recomputed
+                       if any(str(d["op"]).startswith(ns + ".") for ns in oplib.COLLECTIVE_NAMESPACES)]
+        worst = max(((p.grad - r.grad).abs().max() / r.grad.abs().max().clamp_min(1e-3)).item()
+                    for p, r in zip(model.parameters(), reference.parameters()))
+        torch.save({"solver": plan.solver, "recomputed": [d["name"] for d in plan.recomputed],
+                    "saved": [d["name"] for d in plan.saved], "collectives": collectives, "worst": worst},
+                   os.path.join(folder, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_collectives_are_never_recomputed_nor_run_by_the_planner(capfd):
+    """A model with functional collectives in its graph (an all-gather per block, a
+    reduce-scatter in the backward) under a budget that recomputes: no collective is among
+    the recomputed ops, the ranks agree, the gradients are eager's, and the planner issued no
+    collective of its own (measuring a library call's scratch memory ran each all-gather on
+    one rank: gloo reported 'unwaited collective calls' at exit)."""
+    folder = tempfile.mkdtemp(prefix="fxremat-collectives-")
+    context = mp.start_processes(_collective_worker, args=(2, _free_port(), folder), nprocs=2, join=False,
+                                 start_method="spawn")
+    import time
+
+    deadline = time.monotonic() + TIMEOUT_S
+    while not context.join(timeout=5):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"the collectives run did not finish in {TIMEOUT_S} s")
+    ranks = [torch.load(os.path.join(folder, f"rank{r}.pt")) for r in range(2)]
+    assert ranks[0]["recomputed"], "the budget should make the plan recompute"
+    assert ranks[0] == dict(ranks[1], worst=ranks[0]["worst"])
+    for rank in ranks:
+        assert rank["collectives"] == []
+        assert rank["worst"] <= 1e-12, rank["worst"]
+    assert "unwaited collective" not in capfd.readouterr().err
