@@ -25,6 +25,9 @@ process at a time, ``--steps`` steps per visit), so that a change of machine loa
 strategies alike; that median (``step_ms_interleaved``) is the step time of the tables and
 plots when present, else the single-process median (``step_ms_isolated``).
 
+``--autocast bfloat16`` runs every strategy's forward under ``torch.autocast`` (parameters stay
+``--dtype``), as mixed-precision training does.
+
 Strategies (all compiled ones with TorchInductor):
 
 - ``eager``; ``inductor``: ``torch.compile`` default (PyTorch's min-cut partitioner);
@@ -126,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="CI smoke run: tiny sizes, few models/strategies/steps")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--autocast", default=None, choices=["bfloat16", "float16"],
+                        help="run every step's forward under torch.autocast with this dtype (parameters stay --dtype)")
     parser.add_argument("--scale", choices=["tiny", "small", "gpu"], default=None,
                         help="model sizes (default: small; --quick: tiny; gpu: the published architectures)")
     parser.add_argument("--models", default=None, help="comma list (default: all; --quick: mlp,gpt2)")
@@ -209,7 +214,8 @@ def main(argv: list[str] | None = None) -> None:
         **results_io.metadata(argv),  # what every results file records; the keys below are the frontier's
         "command": results_io.command(argv, script="frontier.py"),
         "date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "device": args.device, "dtype": args.dtype, "scale": args.scale, "threads": args.threads,
+        "device": args.device, "dtype": args.dtype, "autocast": args.autocast, "scale": args.scale,
+        "threads": args.threads,
         "fx_options": args.fx_options,
         "steps": args.steps, "warmup": args.warmup, "rounds": args.rounds, "cache": args.cache, "jobs": args.jobs,
         "loadavg_start": list(os.getloadavg()), "machine": results_io.machine(),

@@ -33,7 +33,8 @@ def run_model(model_name: str, strategies: list[dict], args, shared_cache: str) 
     import frontier_models
 
     rows = []
-    base = {"model": model_name, "scale": args.scale, "device": args.device, "dtype": args.dtype}
+    base = {"model": model_name, "scale": args.scale, "device": args.device, "dtype": args.dtype,
+            "autocast": getattr(args, "autocast", None)}
     try:  # the model's sizes, and whether it builds at all (transformers missing...)
         fm = frontier_models.build(model_name, args.scale, args.sizes.get(model_name))
         base["sizes"] = fm.sizes
@@ -63,6 +64,7 @@ def run_model(model_name: str, strategies: list[dict], args, shared_cache: str) 
             print(f"{model_name:10s} {strategy['name']:22s} skipped: {reason[:100]}", flush=True)
             continue
         spec = {"model": model_name, "scale": args.scale, "device": args.device, "dtype": args.dtype,
+                "autocast": getattr(args, "autocast", None),
                 "overrides": args.sizes.get(model_name),
                 "threads": args.threads, "warmup": args.warmup, "steps": args.steps, "strategy": strategy,
                 "fx_options": args.fx_options}

@@ -256,7 +256,20 @@ def build_strategy(spec: dict, strategy: dict):
             from fxremat._compat import activation_memory_budget
 
             ctx = functools.partial(activation_memory_budget, float(strategy["budget"]))
+    if spec.get("autocast"):
+        fn = _autocast(fn, device, getattr(torch, spec["autocast"]))
     return model, fn, batch, ctx, device
+
+
+def _autocast(fn, device, dtype):
+    """``fn`` with its forward under ``torch.autocast`` (the backward follows the forward's dtypes)."""
+    import torch
+
+    def forward(*args):
+        with torch.autocast(device.type, dtype=dtype):
+            return fn(*args)
+
+    return forward
 
 
 def rockmate_error(device: str) -> str:

@@ -317,7 +317,8 @@ def check(args) -> dict:
 def start_frontier(args) -> subprocess.Popen:
     scale = QUICK_FRONTIER_ARGS if args.quick else FRONTIER_ARGS
     command = [sys.executable, os.path.join(HERE, "frontier.py"), "--device", args.device, *scale,
-               "--models", args.models, "--strategies", args.strategies, "--out", os.path.join(args.out, "frontier")]
+               "--models", args.models, "--strategies", args.strategies, "--out", os.path.join(args.out, "frontier"),
+               *(["--autocast", args.autocast] if args.autocast else [])]
     print("frontier:", " ".join(command[1:]), flush=True)
     return subprocess.Popen(command)
 
@@ -348,6 +349,8 @@ def main(argv: list[str] | None = None) -> None:
                              "timelines and Inductor's code (fxremat.harness.record_cuda_step), in records.tar.gz")
     parser.add_argument("--strategies", default="inductor,ckpt_blocks,pt_budget,fxremat",
                         help="the frontier's strategies (bench/frontier.py --strategies)")
+    parser.add_argument("--autocast", default=None, choices=["bfloat16", "float16"],
+                        help="the frontier's forward under torch.autocast (bench/frontier.py --autocast)")
     parser.add_argument("--deadline", type=float, default=None,
                         help="seconds from the start: the frontier is stopped there (its finished models are kept)")
     args = parser.parse_args(argv)
