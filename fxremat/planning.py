@@ -21,7 +21,9 @@ def plan_model(model: torch.nn.Module, example_inputs: Any, options: dict | None
     op by op with ``compiler="eager"``): planning happens when the forward is compiled. No
     backward runs and no parameter changes; the compile caches are bypassed, so every
     graph is planned. With ``debug_dir`` the plans' files are written as in training
-    (``fxremat explain DEBUG_DIR`` reports them).
+    (``fxremat explain DEBUG_DIR`` reports them). In a job of several ranks
+    (``torch.distributed``), call it on every rank: each graph's plan is compared across
+    ranks (``fxremat.ranks``), so a call on one rank alone waits for the others.
 
     Parameters
     ----------
