@@ -137,12 +137,14 @@ class Context:
             self.timer = costmodel.OpTimer(device)
         return (self.profile or device), self.timer
 
-    def figures(self) -> tuple[Any, dict[str, float]]:
-        """The profile and the measured kernel times this context's plans were costed with."""
-        from . import costmodel
+    def figures(self) -> tuple[Any, dict[str, float], dict[str, int]]:
+        """What this context's plans were made with that a process measures for itself: the
+        device profile, the measured kernel times, and library calls' scratch bytes
+        (``workspace.measured``)."""
+        from . import costmodel, workspace
 
         profile, timer = self._device_and_timer()
-        return costmodel.profile_for(profile), dict(timer.used) if timer is not None else {}
+        return costmodel.profile_for(profile), dict(timer.used) if timer is not None else {}, workspace.measured()
 
     def frozen_timer(self, timings: dict[str, float]):
         """A timer that answers with ``timings`` and measures nothing (None without

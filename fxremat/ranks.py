@@ -3,15 +3,17 @@
     fwd, bwd, plan = ranks.same_plan(ctx, plan_with)   # plan_with(ctx) -> (fwd, bwd, plan)
 
 A plan depends on the graph, the options and the cost model's figures. The figures can be
-local to a rank: ``cost_model="measured"`` times kernels on each rank's device and load, and
-a CPU profile is calibrated on each machine. Ranks whose plans differ compile different
+local to a rank: ``cost_model="measured"`` times kernels on each rank's device and load, a
+CPU profile is calibrated on each machine, and ``compiler="eager"`` measures library calls'
+scratch memory on each rank. Ranks whose plans differ compile different
 graphs: they save and recompute different values, and a budget feasible on one rank can
 raise a ``BudgetError`` on another, which leaves the others waiting in their next
 collective. So when ``torch.distributed`` runs more than one rank, each graph's outcome is
 compared across ranks (one ``all_gather_object``, a short key per rank). When the outcomes
-differ, every rank plans again with rank 0's figures: its device profile and the kernel times
-its timer used. The search is deterministic, so those figures give rank 0's outcome. If
-ranks still differ, all of them raise together rather than diverge.
+differ, every rank plans again with rank 0's figures: its device profile, the kernel times
+its timer used and the library calls' scratch bytes it measured (``workspace.py``). The
+search is deterministic, so those figures give rank 0's outcome. If ranks still differ, all
+of them raise together rather than diverge.
 
 Every rank plans each graph it compiles, in the same order, so the collectives here match up,
 as PyTorch's own partitioner's decision sync does.
@@ -24,6 +26,7 @@ import hashlib
 import json
 from typing import Callable
 
+from . import workspace
 from ._compat import real_tensors
 from .plans import BudgetError
 
@@ -78,8 +81,9 @@ def same_plan(ctx, plan_with: Callable) -> tuple:
         shared = [ctx.figures() if dist.get_rank() == 0 else None]
         with real_tensors():
             dist.broadcast_object_list(shared, src=0)
-        profile, timings = shared[0]
+        profile, timings, scratch = shared[0]
         if key != keys[0]:
+            workspace.adopt(scratch)
             ctx = dataclasses.replace(ctx, profile=profile, timer=ctx.frozen_timer(timings), _costs=None)
             outcome, key = _outcome(ctx, plan_with)
             if not isinstance(outcome, BaseException):

@@ -77,6 +77,16 @@ def library_workspace_bytes(node: Any) -> int:
     return _MEASURED[key]
 
 
+def measured() -> dict[str, int]:
+    """The scratch bytes measured in this process so far, by call."""
+    return dict(_MEASURED)
+
+
+def adopt(entries: dict[str, int]) -> None:
+    """Take another process's measurements (``ranks``: rank 0's) over this one's."""
+    _MEASURED.update(entries)
+
+
 def _key(node: Any) -> str:
     def arg(a):
         if isinstance(a, NODES):
@@ -129,4 +139,4 @@ def _measure(node: Any) -> int:
     return max(measured["peak_bytes"] - measured["end_bytes"], 0)
 
 
-__all__ = ["is_library_call", "library_workspace_bytes"]
+__all__ = ["adopt", "is_library_call", "library_workspace_bytes", "measured"]
