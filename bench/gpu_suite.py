@@ -183,38 +183,40 @@ def grad_checks(device: str, quick: bool) -> list[dict]:
     model, batch = build(torch.float64, 0.0)
     reference = copy.deepcopy(model)
     eager_loss, eager_grads = _run(reference, batch, seed=1)
-    for label in ("0.75", "least"):
+    def check_row(row: dict, measure) -> None:
+        """``row`` updated with what ``measure()`` returns (or its error) and its wall time."""
         started = time.perf_counter()
-        row = {"check": "float64 vs eager", "dtype": "float64", "dropout": 0.0, "budget": label, "sizes": sizes}
         try:
-            options = {"memory_budget": 0.75} if label == "0.75" else _least_options(model, batch, {})
-            loss, grads, plans = _compiled_grads(model, batch, options)
-            row.update(options=options, plans=plans, loss_abs_diff=abs(loss - eager_loss),
-                       grad_max_rel_error=grad_rel_error(grads, eager_grads))
+            row.update(measure())
         except Exception as err:  # noqa: BLE001
             row["error"] = f"{type(err).__name__}: {err}"[:2000]
         row["wall_s"] = round(time.perf_counter() - started, 1)
         rows.append(row)
         print("grads", json.dumps({k: v for k, v in row.items() if k != "plans"}), flush=True)
 
-    # float32, dropout 0.1: against torch.compile's default, same seed (Inductor's Philox draws).
-    started = time.perf_counter()
-    row = {"check": "float32 dropout vs torch.compile default", "dtype": "float32", "dropout": 0.1,
-           "budget": "least", "sizes": sizes}
-    try:
+    def against_eager(label: str) -> dict:
+        options = {"memory_budget": 0.75} if label == "0.75" else _least_options(model, batch, {})
+        loss, grads, plans = _compiled_grads(model, batch, options)
+        return dict(options=options, plans=plans, loss_abs_diff=abs(loss - eager_loss),
+                    grad_max_rel_error=grad_rel_error(grads, eager_grads))
+
+    for label in ("0.75", "least"):
+        check_row({"check": "float64 vs eager", "dtype": "float64", "dropout": 0.0, "budget": label, "sizes": sizes},
+                  lambda: against_eager(label))
+
+    def with_dropout() -> dict:
+        """float32, dropout 0.1: against torch.compile's default, same seed (Inductor's Philox draws)."""
         model, batch = build(torch.float32, 0.1)
         default_loss, default_grads, _ = _compiled_grads(model, batch, None)
         options = _least_options(model, batch, {})
         loss, grads, plans = _compiled_grads(model, batch, options)
         other_seed_loss, _, _ = _compiled_grads(model, batch, options, seed=2)
-        row.update(options=options, plans=plans, loss_abs_diff=abs(loss - default_loss),
-                   loss_abs_diff_other_seed=abs(other_seed_loss - default_loss),
-                   grad_max_rel_error=grad_rel_error(grads, default_grads))
-    except Exception as err:  # noqa: BLE001
-        row["error"] = f"{type(err).__name__}: {err}"[:2000]
-    row["wall_s"] = round(time.perf_counter() - started, 1)
-    rows.append(row)
-    print("grads", json.dumps({k: v for k, v in row.items() if k != "plans"}), flush=True)
+        return dict(options=options, plans=plans, loss_abs_diff=abs(loss - default_loss),
+                    loss_abs_diff_other_seed=abs(other_seed_loss - default_loss),
+                    grad_max_rel_error=grad_rel_error(grads, default_grads))
+
+    check_row({"check": "float32 dropout vs torch.compile default", "dtype": "float32", "dropout": 0.1,
+               "budget": "least", "sizes": sizes}, with_dropout)
     return rows
 
 

@@ -107,18 +107,23 @@ def _parameters(step):
 
 
 def _run(order, optimize_ddp, budget, cost_model="roofline"):
-    folder = tempfile.mkdtemp(prefix="fxremat-ddp-")
-    context = mp.start_processes(_worker, args=(2, _free_port(), folder, order, optimize_ddp, budget, cost_model),
-                                 nprocs=2,
-                                 join=False, start_method="spawn")
+    return _spawn(_worker, (order, optimize_ddp, budget, cost_model), f"run ({order}, optimize_ddp={optimize_ddp})")
+
+
+def _spawn(worker, args, what: str) -> list:
+    """``worker(rank, 2, port, folder, *args)`` on 2 ranks, each saving ``folder/rank<r>.pt``:
+    what they saved; a run past ``TIMEOUT_S`` is killed and fails the test."""
     import time
 
+    folder = tempfile.mkdtemp(prefix="fxremat-ranks-")
+    context = mp.start_processes(worker, args=(2, _free_port(), folder, *args), nprocs=2, join=False,
+                                 start_method="spawn")
     deadline = time.monotonic() + TIMEOUT_S
     while not context.join(timeout=5):
         if time.monotonic() > deadline:
             for process in context.processes:
                 process.kill()
-            pytest.fail(f"run ({order}, optimize_ddp={optimize_ddp}) did not finish in {TIMEOUT_S} s")
+            pytest.fail(f"{what} did not finish in {TIMEOUT_S} s")
     return [torch.load(os.path.join(folder, f"rank{r}.pt")) for r in range(2)]
 
 
@@ -220,18 +225,7 @@ def test_collectives_are_never_recomputed_nor_run_by_the_planner(capfd):
     the recomputed ops, the ranks agree, the gradients are eager's, and the planner issued no
     collective of its own (measuring a library call's scratch memory ran each all-gather on
     one rank: gloo reported 'unwaited collective calls' at exit)."""
-    folder = tempfile.mkdtemp(prefix="fxremat-collectives-")
-    context = mp.start_processes(_collective_worker, args=(2, _free_port(), folder), nprocs=2, join=False,
-                                 start_method="spawn")
-    import time
-
-    deadline = time.monotonic() + TIMEOUT_S
-    while not context.join(timeout=5):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                process.kill()
-            pytest.fail(f"the collectives run did not finish in {TIMEOUT_S} s")
-    ranks = [torch.load(os.path.join(folder, f"rank{r}.pt")) for r in range(2)]
+    ranks = _spawn(_collective_worker, (), "the collectives run")
     assert ranks[0]["recomputed"], "the budget should make the plan recompute"
     assert ranks[0] == dict(ranks[1], worst=ranks[0]["worst"])
     for rank in ranks:
