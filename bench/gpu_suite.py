@@ -148,21 +148,32 @@ def _compiled_grads(model, batch, options: dict | None, seed: int = 1) -> tuple[
     return loss, grads, [plan_record(p) for p in fxremat.inspect.plans_since(since)]
 
 
+def at_least_budget(run, failure: type[BaseException], probes: list | None = None):
+    """``run(budget)`` at the least feasible byte budget: first at 1 byte, whose error
+    (``failure``, its text naming ``Allowed: a budget of at least N bytes``) names a larger
+    budget, then at that one, as ``bench/frontier_run.py`` finds it. Returns ``(budget,
+    run(budget))``; ``probes`` collects the budgets that failed."""
+    budget = 1
+    for _ in range(LEAST_MAX_PROBES):
+        try:
+            return budget, run(budget)
+        except failure as err:
+            least = least_budget(str(err)) if "BudgetError" in f"{type(err).__name__}: {err}" else None
+            if least is None or least.bytes <= budget:
+                raise
+            if probes is not None:
+                probes.append(budget)
+            budget = least.bytes
+    raise RuntimeError(f"no least budget after {LEAST_MAX_PROBES} probes")
+
+
 def _least_options(model, batch, options: dict) -> dict:
     """``options`` with ``memory_budget`` at the least feasible bytes (fxremat.plan's BudgetError)."""
     import fxremat
 
-    budget = 1
-    for _ in range(LEAST_MAX_PROBES):
-        try:
-            fxremat.plan(model, batch, {**options, "memory_budget": budget})
-            return {**options, "memory_budget": budget}
-        except fxremat.BudgetError as err:
-            least = least_budget(str(err))
-            if least is None or least.bytes <= budget:
-                raise
-            budget = least.bytes
-    raise RuntimeError(f"no least budget after {LEAST_MAX_PROBES} probes")
+    budget, _ = at_least_budget(lambda b: fxremat.plan(model, batch, {**options, "memory_budget": b}),
+                                fxremat.BudgetError)
+    return {**options, "memory_budget": budget}
 
 
 def grad_checks(device: str, quick: bool) -> list[dict]:
@@ -229,23 +240,16 @@ def _measure(case, device: str, record_dir: str | None = None) -> dict:
     row = {"model": model, "model_kwargs": kwargs, "options": dict(options), "budget_probes": []}
     started = time.perf_counter()
     options = dict(options)
-    if options.get("memory_budget") == "least":
-        options["memory_budget"] = 1
+
+    def run(budget):
+        return measure_step(model, "fxremat", dict(options, memory_budget=budget) if budget is not None else options,
+                            device=device, model_kwargs=kwargs, timeout=600, record_dir=record_dir)
+
     try:
-        for _ in range(LEAST_MAX_PROBES):
-            try:
-                result = measure_step(model, "fxremat", options, device=device, model_kwargs=kwargs, timeout=600,
-                                      record_dir=record_dir)
-                break
-            except RuntimeError as err:
-                least = least_budget(str(err)) if "BudgetError" in str(err) else None
-                if row["options"].get("memory_budget") != "least" or least is None or \
-                        least.bytes <= options["memory_budget"]:
-                    raise
-                row["budget_probes"].append(options["memory_budget"])
-                options["memory_budget"] = least.bytes
+        if options.get("memory_budget") == "least":  # a failed child raises RuntimeError with its stderr
+            options["memory_budget"], result = at_least_budget(run, RuntimeError, row["budget_probes"])
         else:
-            raise RuntimeError(f"no least budget after {LEAST_MAX_PROBES} probes")
+            result = run(None)
         predicted = max(result["predicted_peak_bytes"])
         row.update(used_options=options, baseline_bytes=result["baseline_bytes"],
                    predicted_peak_bytes=result["predicted_peak_bytes"], measured_peak_bytes=result["peak_bytes"],

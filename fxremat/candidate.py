@@ -84,8 +84,8 @@ class Context:
     facts: lite.Facts = dataclasses.field(default_factory=lite.Facts)  # for light copies of its nodes
     started: float = dataclasses.field(default_factory=time.perf_counter)  # when planning began
     # The cost model's figures: the device profile (None: the graph's device's, ``profile_for``)
-    # and the timer of cost_model="measured" (None: made on first use). ``ranks`` sets both to
-    # rank 0's when ranks plan apart.
+    # and the timer of cost_model="measured" (None: the roofline), made with the context so
+    # that the copies strategies take share it. ``ranks`` sets both to rank 0's when ranks plan apart.
     profile: Any = None
     timer: Any = None
 
@@ -128,14 +128,8 @@ class Context:
 
     def _device_and_timer(self):
         """The graph's device (or the profile it is costed with), and the timer of
-        ``cost_model="measured"`` (None: the roofline): one timer a graph, shared by the
-        copies of this context that strategies make."""
-        from . import costmodel
-
-        device = graph_device(self.joint)
-        if self.options.cost_model == "measured" and self.timer is None:
-            self.timer = costmodel.OpTimer(device)
-        return (self.profile or device), self.timer
+        ``cost_model="measured"`` (None: the roofline)."""
+        return (self.profile or graph_device(self.joint)), self.timer
 
     def figures(self) -> tuple[Any, dict[str, float], dict[str, int]]:
         """What this context's plans were made with that a process measures for itself: the

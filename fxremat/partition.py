@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import torch.fx as fx
 
-from . import _compat, dynamic, joint as joint_graph, ranks, sizes, tradeoff
+from . import _compat, costmodel, dynamic, joint as joint_graph, ranks, sizes, tradeoff
 from .candidate import Candidate, Context, log
 from .fx_passes import mark_predicted_levels
 from .options import Options, format_bytes
@@ -161,8 +161,10 @@ def context(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
     problem, banned = joint_graph.mincut_problem(joint, classes)
     primals = [n for n in joint.graph.nodes if n.op == "placeholder" and _compat.is_primal(n)]
     static = {primals[i] for i in (static_lifetime_input_indices or []) if i < len(primals)}
+    timer = costmodel.OpTimer(joint_graph.graph_device(joint)) if options.cost_model == "measured" else None
     return Context(joint, classes, num_fwd_outputs, static, options, graph_id,
-                   {n.name: n for n in joint.graph.nodes}, {n.name for n in classes.inputs}, banned, problem)
+                   {n.name: n for n in joint.graph.nodes}, {n.name for n in classes.inputs}, banned, problem,
+                   timer=timer)
 
 
 def _tradeable(ctx: Context, mincut_plan: Candidate) -> bool:
