@@ -120,30 +120,45 @@ def _dominates(b: dict, a: dict) -> bool:
     return all(b.get(m, 0) - a.get(m, 0) >= 0 for m in set(a) | set(b))
 
 
-def bound(ctx, chosen, mincut_plan, budget: int) -> None:
-    """Keep ``chosen`` to the sizes where it meets the budget: its peak expression (and, for a
-    fraction, the min-cut plan's) in ``plan.notes``, and the condition added to the shape
-    environment as guards. If the symbolic prediction does not meet the budget even at the
-    traced sizes (it reuses buffers only where sizes are equal as expressions, not as numbers),
-    the plan is kept to exactly these sizes."""
+def bound(ctx, chosen, mincut_plan, budget: int, least=None) -> None:
+    """Keep ``chosen`` to the sizes where it meets the budget: its peak expression in
+    ``plan.notes``, and the condition added to the shape environment as guards. For a
+    fraction the budget is a formula too: that far from the least-memory plan's peak
+    (``least``, the plan found at the traced sizes) to the min-cut plan's, at each size. If
+    the symbolic prediction does not meet the budget even at the traced sizes (it reuses
+    buffers only where sizes are equal as expressions, not as numbers), the plan is kept to
+    exactly these sizes."""
     symbols, env = size_symbols(ctx.joint)
     plan = chosen.plan
-    if not symbols or plan.notes.get("budget_unreachable"):
-        return  # static; or a fraction this graph cannot meet at any size (it keeps its min-cut plan)
+    if not symbols or plan.notes.get("nothing_to_trade"):
+        return  # static; or a graph whose min-cut plan is its plan at every fraction
     exprs = peak_expressions(chosen.forward, chosen.backward, ctx.num_fwd_outputs, ctx.options)
     hints = {s: _compat.shape_env_values(env)[s] for s in symbols}
     assumed = sizes.assumed_sizes()  # data-dependent sizes: at their assumed values, never guarded
-    exprs = [e.xreplace({u: assumed[str(u)]["value"] for u in e.free_symbols if str(u) in assumed}) for e in exprs]
-    peak = sympy.Max(*exprs) if len(exprs) > 1 else exprs[0]
+
+    def at_assumed(exprs):
+        return [e.xreplace({u: assumed[str(u)]["value"] for u in e.free_symbols if str(u) in assumed}) for e in exprs]
+
+    def peak_of(candidate):
+        if candidate is chosen:
+            found = exprs
+        else:
+            if candidate.forward is None or candidate.rebuild is not None:
+                candidate.realize()  # a light (or released) candidate: its torch.fx graphs
+            found = at_assumed(peak_expressions(candidate.forward, candidate.backward, ctx.num_fwd_outputs,
+                                                ctx.options))
+        return sympy.Max(*found) if len(found) > 1 else found[0]
+
+    exprs = at_assumed(exprs)
+    peak = peak_of(chosen)
     fraction = ctx.options.memory_budget.fraction
     if fraction is None:
         limit = sympy.Integer(budget)
         conditions = [sympy.Le(e, limit) for e in exprs] if len(exprs) <= MAX_GUARDS else [sympy.Le(peak, limit)]
     else:
-        if mincut_plan.forward is None:
-            mincut_plan.realize()  # a released light candidate: built again
-        mincut = peak_expressions(mincut_plan.forward, mincut_plan.backward, ctx.num_fwd_outputs, ctx.options)
-        limit = sympy.Rational(str(fraction)) * (sympy.Max(*mincut) if len(mincut) > 1 else mincut[0])
+        unconstrained = peak_of(mincut_plan)
+        lowest = peak_of(least) if least is not None else unconstrained
+        limit = lowest + sympy.Rational(str(fraction)) * (unconstrained - lowest)
         conditions = [sympy.Le(peak, limit)]
     plan.notes["size_symbols"] = {str(s): {"source": _sources(s, env), "value": int(v)} for s, v in hints.items()}
     plan.notes["peak_expression"] = str(peak)

@@ -39,8 +39,9 @@ class OptionError(ValueError):
 
 
 # What a float budget means: the one wording, the README's, for every message.
-FRACTION = "a fraction of the unconstrained (min-cut) plan's predicted peak"
-BUDGET_FORMS = f"bytes (an int, or a string with a unit such as '6GiB'), or a float in (0, 1]: {FRACTION}"
+FRACTION = ("a fraction of the way from the least-memory plan's predicted peak (0.0) to the unconstrained "
+            "(min-cut) plan's (1.0)")
+BUDGET_FORMS = f"bytes (an int, or a string with a unit such as '6GiB'), or a float in [0, 1]: {FRACTION}"
 
 
 def parse_bytes(text: str) -> int:
@@ -57,15 +58,15 @@ def parse_bytes(text: str) -> int:
     if not match or unit not in _UNITS:
         raise OptionError(
             f"memory_budget={text!r}: expected a number of bytes with an optional unit "
-            f"(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. '6GiB' or '500MB', or a float in (0, 1]: {FRACTION}"
+            f"(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. '6GiB' or '500MB', or a float in [0, 1]: {FRACTION}"
         )
     number = float(match.group(1))
-    if not unit and number < 1:
+    if not unit and (number < 1 or text.strip() == "1.0"):
         raise OptionError(f"memory_budget={text!r}: a string is bytes; for {FRACTION}, give the float "
                           f"memory_budget={number:g}, not a string")
     if not unit and not number.is_integer():
         raise OptionError(f"memory_budget={text!r}: bytes without a unit are a whole number, e.g. "
-                          f"'{int(number)}'; for a fraction give a float in (0, 1]")
+                          f"'{int(number)}'; for a fraction give a float in [0, 1]")
     value = number * _UNITS[unit]
     if value < 1:
         raise OptionError(f"memory_budget={text!r}: a budget must be at least 1 byte")
@@ -74,27 +75,28 @@ def parse_bytes(text: str) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """A memory budget: either absolute bytes or a fraction of the unconstrained plan."""
+    """A memory budget: either absolute bytes or a fraction (``FRACTION``): 0.0 the
+    least-memory plan's predicted peak, 1.0 the unconstrained plan's, in between the peak
+    that far from one to the other. Every fraction can be met, and the budget grows with it."""
 
     bytes: int | None = None
     fraction: float | None = None
 
-    def resolve(self, unconstrained_bytes: int) -> int:
-        if self.bytes is not None:
-            return self.bytes
+    def between(self, least_bytes: int, unconstrained_bytes: int) -> int:
+        """The fraction's budget in bytes, given the least-memory plan's predicted peak and
+        the unconstrained plan's: never under the least, never over the unconstrained."""
         assert self.fraction is not None
-        return int(self.fraction * unconstrained_bytes)
+        if self.fraction >= 1.0 or unconstrained_bytes <= least_bytes:
+            return max(unconstrained_bytes, least_bytes)
+        return least_bytes + math.floor(self.fraction * (unconstrained_bytes - least_bytes))
 
     def describe(self, budget_bytes: int | None = None) -> str:
         """The budget as the user gave it, with ``budget_bytes`` (what it resolved to) beside it."""
         if self.bytes is not None:
             return f"{self.bytes} bytes ({format_bytes(self.bytes)})"
         if budget_bytes is None:
-            return f"{self.fraction:g} of the unconstrained plan"
-        # The budget was resolved from the unconstrained plan's peak: say both, so the
-        # resolved bytes are not read as that peak.
-        return (f"{self.fraction:g} of the unconstrained plan's predicted peak "
-                f"({format_bytes(round(budget_bytes / self.fraction))}), i.e. {format_bytes(budget_bytes)},")
+            return f"{self.fraction:g} (of the way from the least-memory plan to the unconstrained one)"
+        return f"{self.fraction:g} ({format_bytes(budget_bytes)} for this graph)"
 
 
 def format_bytes(nbytes: int) -> str:
@@ -106,21 +108,22 @@ def format_bytes(nbytes: int) -> str:
 
 def parse_budget(value: Any) -> Budget | None:
     """The ``memory_budget`` option: bytes (an int, NumPy's too, or a string with a unit) or
-    a float in (0, 1] (``FRACTION``); None for none. Raises ``OptionError``."""
+    a float in [0, 1] (``FRACTION``); None for none. Raises ``OptionError``."""
     if value is None:
         return None
     if isinstance(value, bool):
         raise OptionError(f"memory_budget={value!r}: expected {BUDGET_FORMS}")
     if isinstance(value, numbers.Integral):
         if value <= 0:
-            raise OptionError(f"memory_budget={value}: a byte budget must be a positive integer")
+            hint = "; for the least-memory plan give the float 0.0" if value == 0 else ""
+            raise OptionError(f"memory_budget={value}: a byte budget must be a positive integer{hint}")
         return Budget(bytes=int(value))
     if isinstance(value, numbers.Real):
         value = float(value)
-        if not 0.0 < value <= 1.0:  # nan and inf too
+        if not 0.0 <= value <= 1.0:  # nan and inf too
             hint = (f"; for bytes give an int, memory_budget={int(value)}" if math.isfinite(value) and value > 1
                     and value.is_integer() else "; bytes are an int or a string such as '6GiB'")
-            raise OptionError(f"memory_budget={value!r}: a float is {FRACTION} and must lie in (0, 1]{hint}")
+            raise OptionError(f"memory_budget={value!r}: a float is {FRACTION} and must lie in [0, 1]{hint}")
         return Budget(fraction=value)
     if isinstance(value, str):
         return Budget(bytes=parse_bytes(value))

@@ -17,10 +17,8 @@ Read top to bottom, ``partition`` is the pipeline:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import time
-import warnings
 from typing import Any, Iterator
 
 import torch.fx as fx
@@ -36,7 +34,7 @@ from .timeline import step_modules
 from .strategies import mincut as mincut_strategy
 
 # A graph whose least-memory plan predicts at least this fraction of its min-cut plan has
-# no activations worth trading (HF GPT-2's loss graph: 0.9995); see ``_unreachable``.
+# no activations worth trading (HF GPT-2's loss graph: 0.9995); see ``_least_plan``.
 UNTRADEABLE = 0.95
 
 
@@ -95,32 +93,51 @@ def _plan(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.GraphModu
     options = ctx.options
     mincut_plan = mincut_strategy.traffic_optimal(ctx)
     peak = mincut_plan.peak
-    budget = options.memory_budget.resolve(peak) if options.memory_budget else None
-    mincut_plan.plan.budget_bytes = budget
-    over = budget is not None and peak > budget
     classes = ctx.classes
     floor = graph_floor(ctx.joint, ctx.input_names, mincut_plan.plan.timeline.end_bytes, forward=classes.forward,
                         gradients=classes.bwd_outputs,
                         held=classes.fwd_outputs[:ctx.num_fwd_outputs] if options.hold_outputs else [],
                         inlines=options.compiler == "inductor")
-    if over and budget < floor.bytes and (options.memory_budget.fraction is None or _tradeable(ctx, mincut_plan)):
-        # A fraction under the floor of a graph no plan gets much below its min-cut plan
-        # keeps that plan (``_unreachable``): the search below finds out.
-        raise below_floor(options, ctx.graph_id, budget, floor)
     solver = SOLVERS[options.solver]
+    asked = options.memory_budget
+    least = None  # a fraction's least-memory plan
+    if asked is None:
+        budget = None
+    elif asked.fraction is None:
+        budget = asked.bytes
+        if peak > budget and budget < floor.bytes:
+            raise below_floor(options, ctx.graph_id, budget, floor)
+    elif asked.fraction >= 1.0:
+        budget = peak
+    else:
+        least = _least_plan(ctx, solver, mincut_plan)
+        budget = asked.between(least.peak, peak)
+    mincut_plan.plan.budget_bytes = budget
+    over = budget is not None and peak > budget
     if over:
         ctx.progress(f"the min-cut plan predicts {format_bytes(peak)}, over the budget of {format_bytes(budget)}: "
                      f"solver {solver.name!r} searches")
-    if over or solver.staged:
+    if least is not None and (asked.fraction == 0.0 or least is mincut_plan):
+        chosen = least  # the fraction's own end: no search
+    elif over or solver.staged:
         try:
             chosen = _plan_within(ctx, solver, mincut_plan, budget if budget is not None else peak, over)
         except BudgetError as error:
-            raise with_floor(error, floor) from None
+            if least is None:
+                raise with_floor(error, floor) from None
+            # The searches assume that a larger budget never loses a plan; where that fails,
+            # the least-memory plan still fits the fraction's budget.
+            chosen = least
+            chosen.plan.notes["why"] = (f"{solver.name} found no plan within {format_bytes(budget)} searching "
+                                        f"again: the least-memory plan, which fits")
     else:
         chosen = mincut_plan
         chosen.plan.notes["why"] = ("no budget: the min-cut plan" if budget is None else
                                     f"the min-cut plan fits the budget ({format_bytes(peak)} <= "
                                     f"{format_bytes(budget)})")
+    chosen.plan.budget_bytes = budget
+    if least is not None:
+        chosen.plan.notes["fraction_between"] = {"least_bytes": least.peak, "unconstrained_bytes": peak}
     chosen.realize()  # searches score light graphs; the plan chosen gets torch.fx ones
     fwd, bwd, plan = chosen.forward, chosen.backward, chosen.plan
     plan.notes["floor_bytes"] = floor.bytes
@@ -133,7 +150,7 @@ def _plan(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.GraphModu
     if budget is not None:
         # Dynamic sizes: the plan is kept to the sizes where it meets the budget (a guard;
         # elsewhere Dynamo compiles again and fxremat plans for those sizes).
-        dynamic.bound(ctx, chosen, mincut_plan, budget)
+        dynamic.bound(ctx, chosen, mincut_plan, budget, least)
     if options.debug_dir is not None:
         # For the report (fxremat.explain): what other budgets would buy, and what each
         # recomputed op is estimated to cost.
@@ -167,48 +184,56 @@ def context(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
                    timer=timer)
 
 
-def _tradeable(ctx: Context, mincut_plan: Candidate) -> bool:
-    """Does some plan predict meaningfully less than the min-cut plan (less than
-    ``UNTRADEABLE`` of it)? The lean saved set's plan (fewest bytes saved) is asked: one
-    min-cut and one light candidate, where a search probes dozens. False: maybe not."""
-    saved, banned = mincut_strategy.lean(ctx)
-    lean = mincut_strategy.candidate(dataclasses.replace(ctx, banned=banned), saved, 0.0)
-    return lean.peak < UNTRADEABLE * mincut_plan.peak
+def _least_plan(ctx: Context, solver, mincut_plan: Candidate) -> Candidate:
+    """The least-memory plan of ``solver``: the lower end of a fraction budget (``Budget.between``).
+
+    Found by asking the solver for a plan within no memory at all: its search ends at its
+    least-memory plan, which the ``BudgetError`` carries (``least_candidate``). A graph
+    whose least-memory plan predicts ``UNTRADEABLE`` of its min-cut plan or more has
+    nothing worth trading (HF GPT-2's loss graph: 0.9995): its min-cut plan stands for both
+    ends, and every fraction keeps it."""
+    ctx.progress(f"a fraction budget: solver {solver.name!r} looks for its least-memory plan")
+    least = mincut_plan
+    if solver.name != "mincut":  # the min-cut solver recomputes nothing further: its plan is its least
+        try:
+            with _compat.lazy_graph_modules():
+                least = solver.plan(ctx, mincut_plan, 0, True)
+        except BudgetError as error:
+            if error.least_candidate is None:
+                raise  # the solver found no plan at any budget
+            least = error.least_candidate
+    if least.peak >= UNTRADEABLE * mincut_plan.peak:
+        least = mincut_plan
+        mincut_plan.plan.notes["nothing_to_trade"] = True
+        mincut_plan.plan.notes["why"] = (
+            f"no plan predicts much less than the min-cut plan ({format_bytes(mincut_plan.peak)}; the least-memory "
+            f"plan at least {UNTRADEABLE:g} of it): it is this graph's plan at every fraction")
+    else:
+        least.plan.notes["why"] = (f"memory_budget={ctx.options.memory_budget.fraction:g}: {solver.name}'s "
+                                   f"least-memory plan")
+    return least
 
 
 def _plan_within(ctx: Context, solver, mincut_plan: Candidate, budget: int, over: bool) -> Candidate:
     """``solver``'s plan within ``budget``; a graph no plan gets meaningfully below its
-    min-cut plan keeps that one (``_unreachable``)."""
+    min-cut plan raises naming that plan's peak (``_unreachable``)."""
     try:
         with _compat.lazy_graph_modules():
             return solver.plan(ctx, mincut_plan, budget, over)
     except BudgetError as error:
-        if error.least_bytes is None or error.least_bytes < UNTRADEABLE * mincut_plan.peak:
+        if (ctx.options.memory_budget is None or ctx.options.memory_budget.fraction is not None
+                or error.least_bytes is None or error.least_bytes < UNTRADEABLE * mincut_plan.peak):
             raise
-        return _unreachable(ctx, mincut_plan, error)
+        raise _unreachable(ctx, mincut_plan, error) from None
 
 
-def _unreachable(ctx: Context, mincut_plan: Candidate, error: BudgetError) -> Candidate:
-    """The min-cut plan is about this graph's least-memory plan: no recomputing plan
-    predicts less than ``UNTRADEABLE`` of it (a loss graph: the logits and their gradient
-    are the peak whatever is saved).
-    A fraction budget cannot apply to such a graph, which keeps its plan with a warning
-    (the model's other graphs get the fraction); a byte budget below it is an error that
-    names the min-cut plan's peak as the minimum."""
-    options, plan = ctx.options, mincut_plan.plan
-    least = plan.predicted_peak_bytes
-    if options.memory_budget.fraction is None:
-        raise BudgetError(
-            f"fxremat: memory_budget={options.memory_budget.describe(plan.budget_bytes)} is below the "
-            f"minimum feasible budget for graph {ctx.graph_id}: no plan that recomputes predicts less than "
-            f"{format_bytes(error.least_bytes)}, and the min-cut plan predicts {format_bytes(least)}. Allowed: a "
-            f"budget of at least {min(least, error.least_bytes)} bytes.", min(least, error.least_bytes))
-    why = (f"no plan predicts much less than the min-cut plan ({format_bytes(least)}; recomputing plans "
-           f"{format_bytes(error.least_bytes)} or more), so memory_budget={options.memory_budget.describe()} cannot "
-           f"apply to this graph: it keeps the min-cut plan")
-    warnings.warn(f"fxremat (graph {ctx.graph_id}): {why}. A fraction applies to each compiled graph on its "
-                  f"own; the model's other graphs get it. A byte budget applies to every graph.",
-                  BudgetWarning, stacklevel=3)
-    plan.notes["why"] = why
-    plan.notes["budget_unreachable"] = True
-    return mincut_plan
+def _unreachable(ctx: Context, mincut_plan: Candidate, error: BudgetError) -> BudgetError:
+    """The error for a byte budget below the min-cut plan's peak on a graph where no
+    recomputing plan predicts less than ``UNTRADEABLE`` of it (a loss graph: the logits and
+    their gradient are the peak whatever is saved): it names the lower of the two."""
+    least = min(mincut_plan.peak, error.least_bytes)
+    return BudgetError(
+        f"fxremat: memory_budget={ctx.options.memory_budget.describe(mincut_plan.plan.budget_bytes)} is below the "
+        f"minimum feasible budget for graph {ctx.graph_id}: no plan that recomputes predicts less than "
+        f"{format_bytes(error.least_bytes)}, and the min-cut plan predicts {format_bytes(mincut_plan.peak)}. "
+        f"Allowed: a budget of at least {least} bytes.", least)

@@ -17,19 +17,20 @@ from .passes.memory import Timeline
 class BudgetError(ValueError):
     """The memory budget cannot be met by the available solvers. ``least_bytes``: the
     least predicted peak the solver found for the graph, when it got that far;
-    ``floor_bytes``: the graph's floor (``fxremat.floor``), which no plan goes under."""
+    ``floor_bytes``: the graph's floor (``fxremat.floor``), which no plan goes under.
+    ``least_candidate`` (internal): the plan that predicted ``least_bytes``, where the search
+    raising it had one (a fraction budget starts from it, ``partition._least_plan``)."""
 
-    def __init__(self, message: str, least_bytes: int | None = None):
+    def __init__(self, message: str, least_bytes: int | None = None, least_candidate: Any = None):
         super().__init__(message)
         self.least_bytes = least_bytes
         self.floor_bytes: int | None = None
+        self.least_candidate = least_candidate
 
 
 class BudgetWarning(UserWarning):
-    """The budget may not hold as asked: a fraction budget that a compiled graph cannot
-    reach at all (no plan predicts meaningfully less than its unconstrained one: a loss
-    computed in a graph of its own, after a graph break; the graph keeps that plan, the
-    other graphs get the fraction), or Inductor settings that keep memory the plan frees."""
+    """The budget may not hold as asked: Inductor settings that keep memory the plan frees,
+    or data-dependent sizes with no known bound."""
 
 
 @dataclasses.dataclass
@@ -112,23 +113,18 @@ def graph_fingerprint(joint: fx.GraphModule) -> str:
 
 
 def below_minimum(options: Options, graph_id: str, budget: int, least_bytes: int, least_plan: str,
-                  below: str = "the minimum feasible budget", alternative: str = "") -> BudgetError:
+                  below: str = "the minimum feasible budget", alternative: str = "",
+                  least_candidate: Any = None) -> BudgetError:
     """The error for a budget below what the solvers reach: ``least_plan`` (what predicted
-    ``least_bytes``) and the budget that works, in bytes and, when the budget was asked
-    as a fraction, as a fraction; then ``alternative`` (another solver that goes lower)."""
+    ``least_bytes``; ``least_candidate``: that plan) and the budget that works; then
+    ``alternative`` (another solver that goes lower)."""
     asked = options.memory_budget
-    per_graph = ""
-    if asked is not None and asked.fraction is not None:
-        # A fraction is of each graph's own unconstrained plan; a model split by a
-        # graph break (a loss computed apart) may have a graph that cannot reach it.
-        least_fraction = least_bytes * asked.fraction / max(budget, 1)
-        per_graph = (f", or a fraction of at least {least_fraction:.3f} (a fraction applies to each compiled "
-                     f"graph on its own; a byte budget applies to each graph too, and a small graph such as a "
-                     f"loss computed after a graph break meets it easily)")
     return BudgetError(
         f"fxremat: {f'memory_budget={asked.describe(budget)}' if asked else f'a budget of {format_bytes(budget)}'}"
         f" is below {below} for graph {graph_id}: {least_plan} predicts {format_bytes(least_bytes)}. "
-        f"Allowed: a budget of at least {least_bytes} bytes{per_graph}{alternative}.", least_bytes)
+        f"Allowed: a budget of at least {least_bytes} bytes (a byte budget applies to each compiled graph; "
+        f"a fraction such as 0.0, the least-memory plan, is feasible on every graph){alternative}.",
+        least_bytes, least_candidate)
 
 
 def below_floor(options: Options, graph_id: str, budget: int, floor: Floor) -> BudgetError:
@@ -137,12 +133,10 @@ def below_floor(options: Options, graph_id: str, budget: int, floor: Floor) -> B
     holds), or the largest single operation's working set, which no recomputation frees.
     Found without searching: a budget that no plan can meet is refused at once."""
     asked = options.memory_budget
-    fraction = (f", or a fraction of at least {floor.bytes * asked.fraction / max(budget, 1):.3f}"
-                if asked.fraction is not None else "")
     error = BudgetError(
         f"fxremat: memory_budget={asked.describe(budget)} is below the floor of graph {graph_id}: "
-        f"{floor.describe()}, whatever is recomputed. Allowed: a budget of at least {floor.bytes} bytes{fraction} "
-        f"(the least-memory plan may need more).", floor.bytes)
+        f"{floor.describe()}, whatever is recomputed. Allowed: a budget of at least {floor.bytes} bytes "
+        f"(the least-memory plan may need more; memory_budget=0.0 asks for it).", floor.bytes)
     error.floor_bytes = floor.bytes
     return error
 

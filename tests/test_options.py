@@ -1,7 +1,9 @@
 """Options: parsing, clear errors, and the partitioner's cache key."""
 
+import contextlib
 import json
 import os
+import warnings
 
 import pytest
 import torch
@@ -21,9 +23,10 @@ def test_parse_bytes(text, expected):
 @pytest.mark.parametrize("options, fragment", [
     ({"memory_bugdet": 0.5}, "memory_bugdet"),
     ({"max_autotune": True}, "under the 'inductor' key"),
-    ({"memory_budget": 1.5}, "(0, 1]"),
-    ({"memory_budget": 0.0}, "(0, 1]"),
+    ({"memory_budget": 1.5}, "[0, 1]"),
+    ({"memory_budget": -0.5}, "[0, 1]"),
     ({"memory_budget": -3}, "positive"),
+    ({"memory_budget": 0}, "the float 0.0"),
     ({"memory_budget": "6 gigs"}, "GiB"),
     ({"memory_budget": True}, "memory_budget"),
     ({"solver": "magic"}, "allowed values"),
@@ -46,12 +49,13 @@ def test_bad_options_name_the_option_and_what_is_allowed(options, fragment):
     ({"memory_budget": "0.5"}, ["memory_budget='0.5'", "memory_budget=0.5", "predicted peak"]),
     ({"memory_budget": "50%"}, ["memory_budget='50%'", "memory_budget=0.5", "predicted peak"]),
     ({"memory_budget": "1.5"}, ["memory_budget='1.5'", "whole number"]),
-    ({"memory_budget": 2.0}, ["memory_budget=2.0", "unconstrained (min-cut) plan's predicted peak", "(0, 1]",
-                              "memory_budget=2"]),
+    ({"memory_budget": 2.0}, ["memory_budget=2.0", "least-memory plan's predicted peak (0.0)",
+                              "unconstrained (min-cut) plan's (1.0)", "[0, 1]", "memory_budget=2"]),
+    ({"memory_budget": "1.0"}, ["memory_budget='1.0'", "memory_budget=1", "predicted peak"]),
     ({"memory_budget": 6e9}, ["memory_budget=6000000000"]),
-    ({"memory_budget": float("nan")}, ["memory_budget=nan", "(0, 1]"]),
-    ({"memory_budget": float("inf")}, ["memory_budget=inf", "(0, 1]"]),
-    ({"memory_budget": True}, ["memory_budget=True", "'6GiB'", "(0, 1]"]),
+    ({"memory_budget": float("nan")}, ["memory_budget=nan", "[0, 1]"]),
+    ({"memory_budget": float("inf")}, ["memory_budget=inf", "[0, 1]"]),
+    ({"memory_budget": True}, ["memory_budget=True", "'6GiB'", "[0, 1]"]),
     ({"memory_budget": [1]}, ["memory_budget=[1] (list)", "'6GiB'"]),
 ])
 def test_malformed_options_say_what_to_write(options, fragments):
@@ -114,17 +118,28 @@ def test_unmet_budget_is_an_error_naming_the_minimum(compiler):
     assert f"at least {plan.predicted_peak_bytes} bytes" in str(cause)
 
 
-def test_a_fraction_a_graph_cannot_reach_at_all_keeps_its_plan_with_a_warning():
+@contextlib.contextmanager
+def _no_budget_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", fxremat.BudgetWarning)
+        yield
+
+
+def test_a_graph_with_nothing_to_trade_keeps_its_plan_at_every_fraction():
     # Nothing to trade: every value the backward reads is the input or made from it by
-    # one op, so no plan predicts much less than the min-cut plan. A fraction of the
-    # unconstrained plan cannot apply; the graph keeps that plan and says so.
+    # one op, so no plan predicts much less than the min-cut plan. That plan is both ends
+    # of the fraction's range: the graph keeps it, within the budget, with no warning.
     x = torch.randn(4096, requires_grad=True)
-    f = torch.compile(_budget_fn, backend="fxremat", options={"compiler": "eager", "memory_budget": 0.5})
-    with pytest.warns(fxremat.BudgetWarning, match="cannot apply to this graph"):
-        f(x).backward()
-    plan = fxremat.inspect.plans()[-1]
-    assert plan.solver == "mincut" and plan.notes["budget_unreachable"]
-    assert plan.predicted_peak_bytes > plan.budget_bytes
+    for fraction in (0.5, 0.0):
+        torch._dynamo.reset()
+        f = torch.compile(_budget_fn, backend="fxremat", options={"compiler": "eager", "memory_budget": fraction})
+        with _no_budget_warning():
+            f(x).backward()
+        plan = fxremat.inspect.plans()[-1]
+        assert plan.solver == "mincut" and plan.notes["nothing_to_trade"]
+        assert plan.predicted_peak_bytes == plan.budget_bytes
+    x.grad = None
+    f(x).backward()
     torch.testing.assert_close(x.grad, torch.func.grad(_budget_fn)(x.detach()))
 
 
@@ -145,7 +160,7 @@ class _LossAfterGraphBreak(torch.nn.Module):
         return torch.nn.functional.cross_entropy(logits, target)
 
 
-def test_a_fraction_applies_to_the_graphs_that_can_reach_it_when_the_loss_graph_cannot():
+def test_a_fraction_applies_to_every_graph_of_a_step_with_a_loss_graph_apart():
     torch.manual_seed(0)
     model = _LossAfterGraphBreak().double()
     x, target = torch.randn(512, 128, dtype=torch.float64), torch.randint(0, 16, (512,))
@@ -154,24 +169,25 @@ def test_a_fraction_applies_to_the_graphs_that_can_reach_it_when_the_loss_graph_
     model.zero_grad(set_to_none=True)
     fxremat.inspect.clear()
     compiled = torch.compile(model, backend="fxremat", options={"compiler": "eager", "memory_budget": 0.5})
-    with pytest.warns(fxremat.BudgetWarning) as caught:
+    with _no_budget_warning():
         compiled(x, target).backward()
     body, loss = fxremat.inspect.plans()
     assert body.solver == "rotor" and body.predicted_peak_bytes <= body.budget_bytes
-    assert loss.notes["budget_unreachable"] and len(caught) == 1 and loss.graph_id in str(caught[0].message)
+    between = body.notes["fraction_between"]
+    assert body.budget_bytes == between["least_bytes"] + (between["unconstrained_bytes"] - between["least_bytes"]) // 2
+    assert loss.notes["nothing_to_trade"] and loss.predicted_peak_bytes == loss.budget_bytes
     for p, e in zip(model.parameters(), expected):
         torch.testing.assert_close(p.grad, e, rtol=1e-12, atol=1e-12)
 
 
-def test_a_graph_with_nothing_inside_its_chain_takes_a_fraction_with_a_warning():
+def test_a_graph_with_nothing_inside_its_chain_takes_a_fraction():
     # One linear layer: every byte its backward needs is an input or a gradient, so the
     # Rotor chain holds nothing (a model budget of 0, which the DP once rejected).
     model = torch.nn.Linear(4, 4).double()
     x = torch.randn(2, 4, dtype=torch.float64)
     f = torch.compile(model, backend="fxremat", options={"compiler": "eager", "memory_budget": 0.5})
-    with pytest.warns(fxremat.BudgetWarning, match="cannot apply to this graph"):
-        f(x).sum().backward()
-    assert fxremat.inspect.plans()[-1].notes["budget_unreachable"]
+    f(x).sum().backward()
+    assert fxremat.inspect.plans()[-1].notes["nothing_to_trade"]
     assert torch.equal(model.bias.grad, torch.full((4,), 2.0, dtype=torch.float64))
 
 

@@ -75,10 +75,11 @@ def _staged_or_knapsack(ctx: Context, found: Candidate | BudgetError, knapsack_f
     staged_failed = isinstance(found, BudgetError)
     if knapsack_found is None:
         if staged_failed:
-            least = min(probe.peak for probe in probes)
-            if found.least_bytes is None or least < found.least_bytes:
-                raise below_minimum(ctx.options, ctx.graph_id, budget, least,
-                                    "Rotor found no plan within it, and the knapsack's least-memory plan")
+            least = min(probes, key=lambda probe: probe.peak)
+            if found.least_bytes is None or least.peak < found.least_bytes:
+                raise below_minimum(ctx.options, ctx.graph_id, budget, least.peak,
+                                    "Rotor found no plan within it, and the knapsack's least-memory plan",
+                                    least_candidate=least)
             raise found
         return found, f"the knapsack found no plan within the budget: {found.plan.solver}"
     k = ctx.estimate(knapsack_found)

@@ -25,12 +25,13 @@ def plan(ctx: Context, mincut_plan: Candidate, budget: int, over: bool, solver) 
     budget (``search``). Raises the BudgetError naming its least-memory plan."""
     found, probes = search(ctx, budget)
     if found is None:
-        least = min(probe.peak for probe in probes)
+        least = min(probes, key=lambda probe: probe.peak)
         candidates = probes[0].plan.notes["candidates"]
-        raise below_minimum(ctx.options, ctx.graph_id, budget, least,
+        raise below_minimum(ctx.options, ctx.graph_id, budget, least.peak,
                             f"the least-memory plan that gives up values ({candidates} may be recomputed)",
                             below="what the knapsack reaches",
-                            alternative="; or solver='auto' or 'rotor', which recompute whole stages")
+                            alternative="; or solver='auto' or 'rotor', which recompute whole stages",
+                            least_candidate=least)
     found.plan.notes["why"] = (f"solver='knapsack' was asked for; giving up "
                                f"{len(found.plan.notes['given_up'])} values fits")
     return found
@@ -85,6 +86,7 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
     def build(k: int) -> Candidate:
         if k not in built:
             built[k] = make(k, light=True)
+            built[k].rebuild = lambda: make(k, light=False)  # the torch.fx graphs, if it is chosen
             # Graphs are kept for the probes the caller may read: the shortest fitting prefix
             # (the plan) and the least predicted (Rotor plans around its saved set).
             fitting = [j for j in built if built[j].peak <= budget]
@@ -105,7 +107,6 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
     k = knapsack.least_prefix(len(items), fits)
     if k is not None:
         found = build(k)
-        found.rebuild = lambda: make(k, light=False)
         found.plan.cut_cost = ctx.estimate(found)  # estimated only once found: most probes do not fit
         return found, [built[j] for j in cuts if j in built]
     # None fits: the probe that predicts least is still wanted (the error names it, Rotor plans

@@ -187,7 +187,8 @@ class StagedProblem:
 
     def too_small(self, least: Probe) -> BudgetError:
         return below_minimum(self.ctx.options, self.ctx.graph_id, self.budget, least.peak,
-                             f"the least-memory {self.solver.name} plan ({len(self.lin.stages)} stages)")
+                             f"the least-memory {self.solver.name} plan ({len(self.lin.stages)} stages)",
+                             least_candidate=least.candidate)
 
     def _build(self, schedule: Schedule, light: bool = False) -> Candidate:
         from .. import emit
