@@ -97,8 +97,8 @@ def main() -> None:
                 plans = fxremat.inspect.plans()
                 row.update(solvers=[p.solver for p in plans],
                            fits=all(p.predicted_peak_bytes <= p.budget_bytes for p in plans
-                                    if not p.notes.get("budget_unreachable")),
-                           unreachable_graphs=sum(bool(p.notes.get("budget_unreachable")) for p in plans),
+                                    if not p.notes.get("nothing_to_trade")),
+                           untraded_graphs=sum(bool(p.notes.get("nothing_to_trade")) for p in plans),
                            vs_eager=grad_rel_error(grads, eager), vs_torch_compile=grad_rel_error(grads, plain))
             rows.append(row)
             print(row, flush=True)

@@ -2,7 +2,7 @@
 joint graphs, in the same process.
 
     python bench/plan_time.py [--layers 4 8 16 32 48 64] [--models llama resnet50 ...]
-                              [--budget 0.5] [--infeasible 0.05] [--repeat 2] [--out DIR]
+                              [--budget 0.5] [--infeasible-bytes 100000] [--repeat 2] [--out DIR]
 
 Each model is traced once in a child process of its own (Dynamo and AOTAutograd, the
 default partitioner standing in, so the joint graph is what ``torch.compile`` hands a
@@ -14,9 +14,10 @@ the joint graph:
 - ``pytorch_budget``: PyTorch's ``min_cut_rematerialization_partition`` with
   ``activation_memory_budget=--budget``;
 - ``pytorch_default``: the same without a budget (what plain ``torch.compile`` runs);
-- ``fxremat_infeasible``: fxremat at ``--infeasible`` (a fraction no plan meets: the time
-  to refuse it with a ``BudgetError``), and ``fxremat_infeasible_bytes`` at
-  ``--infeasible-bytes`` (a byte budget under every graph's floor);
+- ``fxremat_infeasible_bytes``: fxremat at ``--infeasible-bytes`` (a byte budget under every
+  graph's floor, refused at once), and ``fxremat_at_floor`` at the graph's floor (the bytes that
+  refusal names: a budget the search runs for and refuses, naming the least feasible one,
+  unless the least plan is at the floor). Every fraction is feasible (0.0 is the least plan).
 
 and then each partitioner's peak Python memory (``tracemalloc``, one more run each: the
 planner's own allocations, graphs and solver state, not torch's C++ tensors).
@@ -109,8 +110,10 @@ def _child(spec: dict) -> dict:
             return {}
         return run
 
+    floor = fxremat_at(spec["infeasible_bytes"])().get("least_bytes")  # the floor's error names it
+    row["floor_bytes"] = floor
     runs = {"fxremat": fxremat_at(spec["budget"]), "pytorch_budget": pytorch(spec["budget"]),
-            "pytorch_default": pytorch(1.0), "fxremat_infeasible": fxremat_at(spec["infeasible"]),
+            "pytorch_default": pytorch(1.0), "fxremat_at_floor": fxremat_at(floor or 1),
             "fxremat_infeasible_bytes": fxremat_at(spec["infeasible_bytes"])}
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(spec["repeat"]):
@@ -132,18 +135,19 @@ def _child(spec: dict) -> dict:
     return row
 
 
-def _markdown(rows: list[dict], meta: dict, budget: float, infeasible: float, infeasible_bytes: int) -> str:
+def _markdown(rows: list[dict], meta: dict, budget: float, infeasible_bytes: int) -> str:
     lines = [
         f"# Planning time: fxremat beside PyTorch's partitioner ({meta['date'][:10]})", "",
         f"Machine: {meta['cpu']} ({meta['cpus']} CPUs), torch {meta['torch']}, fxremat at {meta['git']['commit'][:10]}. "
         f"Command: `{meta['command']}`.", "",
         f"Budget {budget} (fxremat `solver=\"auto\"`, `compiler=\"eager\"`; PyTorch "
-        f"`activation_memory_budget={budget}`); infeasible: fxremat at {infeasible} and at "
-        f"{infeasible_bytes:,} bytes. Seconds are the least of "
+        f"`activation_memory_budget={budget}`); infeasible: fxremat at each graph's floor (searched, then "
+        f"refused, or planned where the least plan is at the floor) and at {infeasible_bytes:,} bytes (under "
+        f"the floor: refused at once). Seconds are the least of "
         "the repeats, all runs in one process per model, alternating; memory is the peak of Python "
         "allocations (`tracemalloc`) during one partition.", "",
         "| model | layers | joint nodes | fxremat (s) | PyTorch budget (s) | ratio | PyTorch default (s) | "
-        f"refused at {infeasible} (s) | refused at {infeasible_bytes:,} B (s) | fxremat MB | PyTorch MB | "
+        f"at the floor (s) | refused at {infeasible_bytes:,} B (s) | fxremat MB | PyTorch MB | "
         "memory ratio |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -154,7 +158,7 @@ def _markdown(rows: list[dict], meta: dict, budget: float, infeasible: float, in
         lines.append(
             f"| {r['model']} | {r['layers'] or 'small'} | {r['joint_nodes']:,} | {r['fxremat_s']:.2f} | "
             f"{r['pytorch_budget_s']:.2f} | {r['fxremat_over_pytorch_budget']:.2f}x | {r['pytorch_default_s']:.2f} | "
-            f"{r['fxremat_infeasible_s']:.2f} | {r['fxremat_infeasible_bytes_s']:.2f} | "
+            f"{r['fxremat_at_floor_s']:.2f} | {r['fxremat_infeasible_bytes_s']:.2f} | "
             f"{r['fxremat_peak_python_bytes'] / 2**20:.0f} | "
             f"{r['pytorch_budget_peak_python_bytes'] / 2**20:.0f} | {r['memory_ratio']:.2f}x |")
     return "\n".join(lines) + "\n"
@@ -165,7 +169,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, nargs="*", default=[4, 8, 16, 32, 48, 64])
     parser.add_argument("--models", nargs="*", default=[], help="frontier models (bench/frontier_models.py)")
     parser.add_argument("--budget", type=float, default=0.5)
-    parser.add_argument("--infeasible", type=float, default=0.05)
     parser.add_argument("--infeasible-bytes", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=2)
     results_io.add_output_arguments(parser, "plan_time")
@@ -176,16 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     specs = [dict(model="transformer", layers=n) for n in args.layers] + [dict(model=m, layers=0) for m in args.models]
     rows = []
     for spec in specs:
-        spec.update(budget=args.budget, infeasible=args.infeasible, infeasible_bytes=args.infeasible_bytes,
+        spec.update(budget=args.budget, infeasible_bytes=args.infeasible_bytes,
                     repeat=args.repeat)
         rows.append(results_io.run_child(__file__, spec))
         print(json.dumps({k: v for k, v in rows[-1].items() if not k.endswith("_all_s")}), flush=True)
     meta = results_io.metadata()
     results_io.write_json(os.path.join(args.out, f"{args.name}.json"),
-                          {"budget": args.budget, "infeasible": args.infeasible,
-                           "infeasible_bytes": args.infeasible_bytes, "rows": rows})
+                          {"budget": args.budget, "infeasible_bytes": args.infeasible_bytes, "rows": rows})
     results_io.write_text(os.path.join(args.out, f"{args.name}.md"),
-                          _markdown(rows, meta, args.budget, args.infeasible, args.infeasible_bytes))
+                          _markdown(rows, meta, args.budget, args.infeasible_bytes))
     return 0
 
 

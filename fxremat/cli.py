@@ -17,7 +17,7 @@ def _positive_int(text: str) -> int:
 
 
 def _budget(text: str) -> float | str:
-    """A number with a decimal point is a fraction of the unconstrained plan ("0.8");
+    """A number with a decimal point is a fraction ("0.8"; ``options.FRACTION``);
     anything else is bytes, with an optional unit ("6GiB", "500MB", "1048576")."""
     from .options import OptionError, Options
 
@@ -51,8 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="CPU threads (torch.set_num_threads; default: torch's). On a busy machine, "
                            "Inductor's OpenMP kernels can slow down badly with more threads than free cores")
     demo.add_argument("--budget", type=_budget,
-                      help="fxremat memory_budget: bytes ('24MiB', '1000000') or a fraction of the "
-                           "unconstrained plan's peak ('0.9')")
+                      help="fxremat memory_budget: bytes ('24MiB', '1000000') or a fraction from the "
+                           "least-memory plan (0.0) to the unconstrained one (1.0), e.g. '0.9'")
     demo.set_defaults(command_parser=demo)  # for errors found after parsing
     explain = commands.add_parser(
         "explain", help="write an HTML report of the plans in a debug_dir (timeline, plan by layer, trade-off)",

@@ -5,7 +5,8 @@ environment's hints). The plan's predicted peak at *every* size is a sympy expre
 size symbols: the timeline predicted with symbolic bytes (``timeline.predict(symbolic=True)``)
 has one expression a step, and the peak is their maximum (``peak_expressions`` keeps those no
 other one dominates). The plan then holds where that maximum stays under the budget, a byte
-budget as asked, a fraction of the min-cut plan's peak at that size; fxremat adds that condition
+budget as asked, for a fraction the same share of the way from the least-memory plan's peak
+to the min-cut plan's, both at that size; fxremat adds that condition
 to the shape environment as a guard (``bound``), so Dynamo checks it on every call and, at a
 size outside it, compiles the graph again: a new plan for the new sizes (kept beside the first:
 a training loop does not replan every step), or a ``BudgetError`` that names the sizes.
@@ -160,6 +161,7 @@ def bound(ctx, chosen, mincut_plan, budget: int, least=None) -> None:
         lowest = peak_of(least) if least is not None else unconstrained
         limit = lowest + sympy.Rational(str(fraction)) * (unconstrained - lowest)
         conditions = [sympy.Le(peak, limit)]
+        plan.notes["budget_expression"] = str(limit)
     plan.notes["size_symbols"] = {str(s): {"source": _sources(s, env), "value": int(v)} for s, v in hints.items()}
     plan.notes["peak_expression"] = str(peak)
     at_hints = all(bool(c.xreplace(hints)) for c in conditions)

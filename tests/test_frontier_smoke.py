@@ -201,7 +201,7 @@ def test_plan_time_bench_runs_and_reports(tmp_path):
 def test_first_call_bench_times_every_mode(tmp_path):
     """``bench/first_call.py`` on a 1-layer transformer: plain torch.compile, PyTorch's budget
     partitioner and fxremat each compile in a fresh process, with the parts Dynamo timed, and the Markdown table; a child
-    that fails names its exception (a budget under the least names the BudgetError)."""
+    that fails names its exception (a byte budget under the least names the BudgetError)."""
     first_call = _bench("first_call")
     assert first_call.main(["--layers", "1", "--repeat", "1", "--budget", "0.9", "--out", str(tmp_path),
                             "--name", "t"]) == 0
@@ -216,5 +216,5 @@ def test_first_call_bench_times_every_mode(tmp_path):
 
     results_io = _bench("results_io")
     failed = results_io.run_child(os.path.join(ROOT, "bench", "first_call.py"),
-                                  {"layers": 1, "mode": "fxremat", "budget": 0.05, "run": 0})
+                                  {"layers": 1, "mode": "fxremat", "budget": 1, "run": 0})  # 1 byte
     assert failed["error"].startswith("BudgetError"), failed
