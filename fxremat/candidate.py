@@ -88,6 +88,10 @@ class Context:
     # that the copies strategies take share it. ``ranks`` sets both to rank 0's when ranks plan apart.
     profile: Any = None
     timer: Any = None
+    # What one search works out that a later search of the same graph can reuse (a fraction
+    # budget runs two: the least-memory plan, then the plan within the fraction's bytes):
+    # pure functions of the graph and the key, shared by the copies strategies take.
+    memo: dict = dataclasses.field(default_factory=dict)
 
     def progress(self, what: str) -> None:
         """Log what planning does next, and how long it has taken: at INFO once that is

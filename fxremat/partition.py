@@ -110,7 +110,9 @@ def _plan(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.GraphModu
     elif asked.fraction >= 1.0:
         budget = peak
     else:
+        searching = time.perf_counter()
         least = _least_plan(ctx, solver, mincut_plan)
+        least_seconds = time.perf_counter() - searching
         budget = asked.between(least.peak, peak)
     mincut_plan.plan.budget_bytes = budget
     over = budget is not None and peak > budget
@@ -138,6 +140,7 @@ def _plan(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.GraphModu
     chosen.plan.budget_bytes = budget
     if least is not None:
         chosen.plan.notes["fraction_between"] = {"least_bytes": least.peak, "unconstrained_bytes": peak}
+        chosen.plan.notes["least_plan_seconds"] = least_seconds  # of solve_seconds: finding the least plan
     chosen.realize()  # searches score light graphs; the plan chosen gets torch.fx ones
     fwd, bwd, plan = chosen.forward, chosen.backward, chosen.plan
     plan.notes["floor_bytes"] = floor.bytes
@@ -203,11 +206,14 @@ def _least_plan(ctx: Context, solver, mincut_plan: Candidate) -> Candidate:
                 raise  # the solver found no plan at any budget
             least = error.least_candidate
     if least.peak >= UNTRADEABLE * mincut_plan.peak:
-        least = mincut_plan
         mincut_plan.plan.notes["nothing_to_trade"] = True
         mincut_plan.plan.notes["why"] = (
+            "solver='mincut' recomputes nothing further: its plan is its least-memory plan, at every fraction"
+            if least is mincut_plan else
             f"no plan predicts much less than the min-cut plan ({format_bytes(mincut_plan.peak)}; the least-memory "
-            f"plan at least {UNTRADEABLE:g} of it): it is this graph's plan at every fraction")
+            f"plan {format_bytes(least.peak)}, at least {UNTRADEABLE:g} of it): it is this graph's plan at every "
+            f"fraction")
+        least = mincut_plan
     else:
         least.plan.notes["why"] = (f"memory_budget={ctx.options.memory_budget.fraction:g}: {solver.name}'s "
                                    f"least-memory plan")

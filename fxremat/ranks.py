@@ -84,7 +84,8 @@ def same_plan(ctx, plan_with: Callable) -> tuple:
         profile, timings, scratch = shared[0]
         if key != keys[0]:
             workspace.adopt(scratch)
-            ctx = dataclasses.replace(ctx, profile=profile, timer=ctx.frozen_timer(timings), _costs=None)
+            # A fresh memo too: what the first planning worked out was priced with this rank's figures.
+            ctx = dataclasses.replace(ctx, profile=profile, timer=ctx.frozen_timer(timings), _costs=None, memo={})
             outcome, key = _outcome(ctx, plan_with)
             if not isinstance(outcome, BaseException):
                 outcome[2].notes["ranks"] = f"planned again with rank 0's cost figures: rank {dist.get_rank()}'s differed"

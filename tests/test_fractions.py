@@ -1,8 +1,8 @@
 """A fraction budget means the same on every model (issue #22, item 5): 0.0 the least-memory
 plan's predicted peak, 1.0 the unconstrained (min-cut) plan's, f the peak that far from one to
-the other. So every fraction is feasible and the budget grows with it, also on models whose
-parameter gradients dominate the step (a ResNet at a small batch), where a fraction of the
-unconstrained plan's peak used to be a ``BudgetError`` below 0.71."""
+the other. So every fraction is feasible and the budget (and the plan's peak) grows with it,
+also on models whose parameter gradients dominate the step (a ResNet at a small batch), where
+a fraction of the unconstrained plan's peak used to be a ``BudgetError`` below 0.71."""
 
 import copy
 import gc
@@ -59,6 +59,8 @@ def test_every_fraction_is_feasible_and_the_budget_grows_with_it(solver):
     budgets = [p.budget_bytes for p in plans]
     assert budgets == sorted(budgets) and len(set(budgets)) == len(budgets)
     assert budgets[0] == least and budgets[-1] == unconstrained
+    peaks = [p.predicted_peak_bytes for p in plans]
+    assert peaks == sorted(peaks), peaks  # a larger fraction never plans a lower peak
     for f, plan in zip(FRACTIONS, plans):
         assert plan.predicted_peak_bytes <= plan.budget_bytes, (f, plan.predicted_peak_bytes, plan.budget_bytes)
         if f < 1.0:

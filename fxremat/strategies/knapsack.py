@@ -49,12 +49,19 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
     # nothing until the scores are given up too.
     items = knapsack.rank([knapsack.Item(n.name, cost.get(n, 0.0), node_bytes(n)) for n in ctx.joint.graph.nodes
                            if banned.get(n.name) in TRADEABLE_BANS and node_bytes(n) > 0])
-    cuts: dict[int, tuple[list[fx.Node], int] | None] = {}  # in the order asked
+    # Shared with this graph's other knapsack searches (``Context.memo``): a prefix's saved set
+    # does not depend on the budget. ``asked``: the prefixes this search asked for, in order.
+    ranked = tuple(item.name for item in items)
+    cuts: dict[int, tuple[list[fx.Node], int] | None] = ctx.memo.setdefault(("knapsack cuts", ranked), {})
     built: dict[int, Candidate] = {}  # scored on light graphs (``lite``)
+    scored: dict[int, Candidate] = ctx.memo.setdefault(("knapsack probes", ranked), {})
+    asked: list[int] = []
 
     def cut(k: int) -> tuple[list[fx.Node], int] | None:
         """The saved set with the first ``k`` items given up, and the bytes it hands over
         (a lower bound of its plan's peak); None when that cut is infeasible."""
+        if k not in asked:
+            asked.append(k)
         if k not in cuts:
             lifted = {item.name for item in items[:k]}
             # A given-up value is recomputed from what the cut saves; the bans of the
@@ -85,8 +92,12 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
 
     def build(k: int) -> Candidate:
         if k not in built:
-            built[k] = make(k, light=True)
-            built[k].rebuild = lambda: make(k, light=False)  # the torch.fx graphs, if it is chosen
+            known = scored.get(k)
+            if known is None or known.forward is None:  # a light candidate released by an earlier search
+                known = scored[k] = make(k, light=True)
+                known.rebuild = lambda: make(k, light=False)  # the torch.fx graphs, if it is chosen
+            known.plan.budget_bytes = budget
+            built[k] = known
             # Graphs are kept for the probes the caller may read: the shortest fitting prefix
             # (the plan) and the least predicted (Rotor plans around its saved set).
             fitting = [j for j in built if built[j].peak <= budget]
@@ -108,13 +119,13 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
     if k is not None:
         found = build(k)
         found.plan.cut_cost = ctx.estimate(found)  # estimated only once found: most probes do not fit
-        return found, [built[j] for j in cuts if j in built]
+        return found, [built[j] for j in asked if j in built]
     # None fits: the probe that predicts least is still wanted (the error names it, Rotor plans
     # around its saved set). Build the skipped ones while their bound is under the least so far.
     least = min((probe.peak for probe in built.values()), default=None)
-    for j in sorted((j for j in cuts if cuts[j] is not None and j not in built), key=lambda j: cuts[j][1]):
+    for j in sorted((j for j in asked if cuts[j] is not None and j not in built), key=lambda j: cuts[j][1]):
         if least is not None and cuts[j][1] > least:
             break
         peak = build(j).peak
         least = peak if least is None else min(least, peak)
-    return None, [built[j] for j in cuts if j in built]
+    return None, [built[j] for j in asked if j in built]

@@ -158,6 +158,8 @@ class StagedProblem:
     solver: Any  # strategies.Solver
     built: dict[str, Probe] = dataclasses.field(default_factory=dict)  # sequence -> probe
     kept: Probe | None = None  # the fastest fitting probe: the only one whose graphs are kept
+    # sequence -> candidate, shared with this saved set's other searches (``Context.memo``)
+    scored: dict[str, Candidate] = dataclasses.field(default_factory=dict)
 
     def make(self, schedule: Schedule | None) -> Probe | None:
         """The probe of ``schedule`` (None for none); nearby model budgets share plans."""
@@ -167,8 +169,11 @@ class StagedProblem:
         if key not in self.built:
             self.ctx.progress(f"{self.solver.name}: scoring plan {len(self.built) + 1} ({len(self.lin.stages)} stages, "
                               f"{self.solver.name}'s model makespan {schedule.makespan * 1e3:.3f} ms)")
-            scored = self._build(schedule, light=True)
-            scored.rebuild = lambda: self._build(schedule)
+            scored = self.scored.get(key)
+            if scored is None:  # not scored by an earlier search (released ones are rebuilt if chosen)
+                scored = self.scored[key] = self._build(schedule, light=True)
+                scored.rebuild = lambda: self._build(schedule)
+            scored.plan.budget_bytes = self.budget
             probe = self.built[key] = Probe(schedule, scored)
             # Only a fitting probe can be the plan, and the search keeps the fastest (the
             # first on ties): the others' graphs are released as soon as they lose.
@@ -233,7 +238,9 @@ def plan_around(saved_set: SavedSet, budget: int, solver, max_stages: int | None
     syms = [n for n in saved_set.saved if _compat.is_sym_node(n)]
     notes: dict[str, Any] = {"stages": len(lin.stages), "pinned_bytes": storage_bytes(lin.pinned, ctx.input_names),
                              "cost_model": ctx.options.cost_model}
-    problem = StagedProblem(ctx, lin, cost, gradients, outside, syms, notes, budget, solver)
+    shared = ctx.memo.setdefault(("staged probes", solver.name, max_stages or solver.max_stages,
+                                  tuple(n.name for n in saved_set.saved), len(lin.stages)), {})
+    problem = StagedProblem(ctx, lin, cost, gradients, outside, syms, notes, budget, solver, scored=shared)
     return solver.strategy().search(problem)
 
 
