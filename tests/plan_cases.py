@@ -26,13 +26,16 @@ MODELS = {
 }
 SOLVERS = ("auto", "mincut", "knapsack", "rotor", "rotor_exact", "checkmate", "twremat")
 BUDGETS = (None, 0.85, 0.6, 0.4)
+# Beyond the grid: the fraction 0.0 (the least-memory plan), and a byte budget under it (the
+# error naming the least feasible budget; a fraction is never refused).
+EXTRA = (("transformer", "auto", 0.0, "eager"), ("transformer", "auto", 1_000_000, "eager"))
 # The suite's subset (about 30 s): every solver, both compilers' timelines, budget errors,
 # and a graph no plan gets much below its min-cut plan (the GPT's logits dominate).
 QUICK = (
     "transformer-mincut-None-inductor", "transformer-mincut-0.6-eager", "transformer-auto-0.6-inductor",
     "transformer-rotor-0.6-eager", "transformer-rotor_exact-0.6-inductor", "deep_cnn-auto-0.6-eager",
     "deep_cnn-checkmate-0.6-eager", "deep_cnn-twremat-0.6-inductor", "deep_cnn-knapsack-0.85-eager",
-    "unet-auto-0.6-eager", "gpt-rotor-0.85-eager",
+    "unet-auto-0.6-eager", "gpt-rotor-0.85-eager", "transformer-auto-0.0-eager", "transformer-auto-1000000-eager",
 )
 
 
@@ -47,7 +50,7 @@ def cases() -> list[tuple[str, str, float | None, str]]:
                     continue
                 compilers = ("eager", "inductor") if solver in ("auto", "mincut") or budget == 0.6 else ("eager",)
                 found.extend((model, solver, budget, compiler) for compiler in compilers)
-    return found
+    return found + list(EXTRA)
 
 
 def case_id(case) -> str:
