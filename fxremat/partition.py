@@ -9,8 +9,10 @@ Read top to bottom, ``partition`` is the pipeline:
 3. ``strategies.mincut``: the saved set of least traffic (``passes.mincut``), its forward
    and backward graphs (torch's extractor, recomputations placed before first use), and
    its predicted memory timeline (``timeline.predict``).
-4. Fits the budget? Then that is the plan. Otherwise (or when a staged solver was asked
-   for by name) the solver in the registry (``strategies.SOLVERS``) plans within it.
+4. The budget in bytes: as given, or for a fraction between the solver's least-memory
+   plan (``_least_plan``) and the min-cut plan. Fits the budget? Then that is the plan.
+   Otherwise (or when a staged solver was asked for by name) the solver in the registry
+   (``strategies.SOLVERS``) plans within it.
 5. The chosen graphs carry the predicted levels Inductor's buffer reuse is held to.
 """
 
