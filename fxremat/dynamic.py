@@ -144,8 +144,7 @@ def bound(ctx, chosen, mincut_plan, budget: int, least=None) -> None:
         if candidate is chosen:
             found = exprs
         else:
-            if candidate.forward is None or candidate.rebuild is not None:
-                candidate.realize()  # a light (or released) candidate: its torch.fx graphs
+            candidate.realize()  # a light (or released) candidate gets its torch.fx graphs
             found = at_assumed(peak_expressions(candidate.forward, candidate.backward, ctx.num_fwd_outputs,
                                                 ctx.options))
         return sympy.Max(*found) if len(found) > 1 else found[0]
