@@ -91,8 +91,8 @@ QUICK_PREDICTION_CASES = [("gpt", {"batch": 2, "seq": 16, "dim": 32, "layers": 2
                           ("gpt", {"batch": 2, "seq": 16, "dim": 32, "layers": 2}, {"memory_budget": "least"})]
 GRAD_MODEL = dict(layers=4, dim=64, heads=4, seq=64, vocab=256)
 QUICK_GRAD_MODEL = dict(layers=2, dim=32, heads=2, seq=16, vocab=64)
-FRONTIER_ARGS = ["--scale", "gpu", "--pt-budgets", "0.5",
-                 "--fx-budgets", "1.0,0.5", "--solvers", "auto", "--steps", "3", "--rounds", "3", "--jobs", "4",
+FRONTIER_ARGS = ["--scale", "gpu", "--pt-budgets", "0.5,0.1",
+                 "--fx-budgets", "1.0,0.5,0.25", "--solvers", "auto", "--steps", "3", "--rounds", "3", "--jobs", "6",
                  "--sizes", json.dumps({"resnet50": {"batch": 32}})]
 QUICK_FRONTIER_ARGS = ["--scale", "tiny", *FRONTIER_ARGS[2:-2]]
 LEAST_MAX_PROBES = 4

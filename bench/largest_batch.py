@@ -1,0 +1,297 @@
+"""The largest batch that fits a fixed memory: torch.compile default, per-block checkpointing, fxremat.
+
+    python bench/largest_batch.py --device cuda --cap-gib 20 --models gpt2,resnet50 --out DIR
+    python bench/largest_batch.py --device cpu --quick --out /tmp/x     # the same code on a CPU (smoke)
+
+"Fits" means what a user means: one training step (forward and backward, gradients set to
+``None`` before it) runs in a process whose CUDA caching allocator may not reserve more than
+``--cap-gib`` (``torch.cuda.set_per_process_memory_fraction``), parameters, gradients, the
+batch and the allocator's own fragmentation included; a step that needs more raises
+``torch.OutOfMemoryError``. The step's ``max_memory_allocated`` and ``max_memory_reserved`` are
+recorded beside it. On a CPU there is no cap to set: the smoke run checks the code paths only.
+
+Strategies (``bench/frontier_strategies.py``'s builders, the models of
+``bench/frontier_models.py``): ``inductor`` (``torch.compile`` default), ``ckpt_blocks``
+(``torch.utils.checkpoint`` around every block), ``fxremat`` at the byte budget the cap leaves
+for the step: ``(1 - headroom) * cap`` less the step's inputs (parameters, buffers, the batch),
+as the budget definition of the README counts them (above the inputs); ``--headroom`` (0.05)
+is left for the allocator's fragmentation and the CUDA context's workspace.
+
+The search, one process per model and strategy (``--jobs`` at a time; each may fill its cap):
+the step's total peak (``max_memory_allocated``) grows about linearly with the batch, so it
+is measured at the scale's batch and at twice it (fxremat at ``memory_budget=0.0``, its
+least-memory plan, whose peak is what bounds its batch), a line through both gives the batch
+whose peak meets ``(1 - headroom) * cap``, and that batch is run (fxremat at the byte budget);
+from there the batch steps down by ``--step`` (5%) after an out-of-memory error or a
+``BudgetError``, or up after a fit, until a fit and a failure one batch apart bracket it, or
+``--probes`` steps are spent. A row reports the largest batch seen to fit and the smallest seen
+to fail (``None`` where none was tried), with every probe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path[:0] = [HERE, ROOT]
+
+import results_io  # noqa: E402
+
+STRATEGIES = ("inductor", "ckpt_blocks", "fxremat")
+QUICK_SIZES = {"gpt2": {"batch": 2}, "mlp": {"batch": 8}}
+
+
+def _spec(args, model: str, strategy: str) -> dict:
+    return {"model": model, "strategy": strategy, "device": args.device, "dtype": args.dtype,
+            "scale": args.scale, "sizes": args.sizes.get(model, {}), "cap_bytes": int(args.cap_gib * 2**30),
+            "headroom": args.headroom, "step": args.step, "probes": args.probes}
+
+
+# --- the child: one model and strategy, every probe in one process ---------------------------
+
+def _probe(spec: dict, batch: int, fx_budget) -> dict:
+    """One compiled step of the model at ``batch``: its peaks, or why it did not fit."""
+    import torch
+
+    import frontier_models
+    from frontier_strategies import build_strategy, sync
+
+    import fxremat
+
+    torch._dynamo.reset()
+    device = torch.device(spec["device"])
+    cuda = device.type == "cuda"
+    overrides = {**spec["sizes"], "batch": batch}
+    probe = {"batch": batch}
+    if spec["strategy"] == "fxremat":
+        fm = frontier_models.build(spec["model"], spec["scale"], overrides)
+        element = torch.empty((), dtype=getattr(torch, spec["dtype"])).element_size()
+        inputs = sum(t.numel() * (element if t.is_floating_point() else t.element_size())
+                     for t in [*fm.model.parameters(), *fm.model.buffers(), *fm.batch])
+        del fm
+        probe["inputs_bytes"] = inputs
+        if fx_budget == "least":
+            strategy = {"kind": "fxremat", "budget": 0.0}
+        else:
+            budget = int((1 - spec["headroom"]) * spec["cap_bytes"]) - inputs
+            if budget < 1:
+                return {**probe, "fits": False, "error": f"the inputs alone ({inputs} B) fill the cap"}
+            strategy = {"kind": "fxremat", "budget_bytes": budget}
+        probe["memory_budget"] = strategy.get("budget_bytes", strategy.get("budget"))
+    else:
+        strategy = {"kind": spec["strategy"]}
+    built = dict(spec, model=spec["model"], scale=spec["scale"], overrides=overrides,
+                 fx_options={"hold_outputs": False})
+    since = fxremat.inspect.plan_count()
+    try:
+        model, fn, inputs_batch, ctx, _ = build_strategy(built, strategy)
+        if cuda:
+            sync(device)
+            probe["inputs_allocated_bytes"] = torch.cuda.memory_allocated()
+        with ctx():
+            model.zero_grad(set_to_none=True)
+            fn(*inputs_batch).backward()  # compiles
+            sync(device)
+            model.zero_grad(set_to_none=True)
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            started = time.perf_counter()
+            fn(*inputs_batch).backward()
+            sync(device)
+            probe["step_s"] = time.perf_counter() - started
+        probe["fits"] = True
+        if cuda:
+            probe["peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+            probe["peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
+    except Exception as err:  # noqa: BLE001
+        probe["fits"] = False
+        probe["error"] = f"{type(err).__name__}: {err}"[:600]
+        probe["out_of_memory"] = isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err)
+    finally:
+        model = fn = inputs_batch = None  # noqa: F841
+        if cuda:
+            torch.cuda.empty_cache()
+    plans = fxremat.inspect.plans_since(since)
+    if plans:
+        probe["predicted_peak_bytes"] = [p.predicted_peak_bytes for p in plans]
+    return probe
+
+
+def _next_batch(probes: list[dict], target: float, step: float) -> int | None:
+    """The next batch to try, or None when a fit and a failure one batch apart bracket it."""
+    fits = [p["batch"] for p in probes if p["fits"] and not p.get("line")]
+    fails = [p["batch"] for p in probes if not p["fits"] and not p.get("line")]
+    best, worst = max(fits, default=None), min(fails, default=None)
+    if best is not None and worst is not None:
+        if worst - best <= 1:
+            return None
+        if worst < best:  # not monotone: report what was seen
+            return None
+        return (best + worst) // 2 if worst - best <= 4 else max(best + 1, min(worst - 1, round(best * (1 + step))))
+    last = probes[-1]["batch"]
+    if best is not None:
+        return max(last + 1, round(last * (1 + step)))
+    return max(1, min(last - 1, round(last * (1 - step)))) if last > 1 else None
+
+
+def child(spec: dict) -> dict:
+    import torch
+
+    cuda = spec["device"] == "cuda"
+    if cuda:
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, spec["cap_bytes"] / total))
+    import frontier_models
+
+    base = {**frontier_models.SIZES[spec["model"]][spec["scale"]], **spec["sizes"]}["batch"]
+    target = (1 - spec["headroom"]) * spec["cap_bytes"]
+    row = {"model": spec["model"], "strategy": spec["strategy"], "cap_bytes": spec["cap_bytes"],
+           "headroom": spec["headroom"], "probes": []}
+    fx = spec["strategy"] == "fxremat"
+    # The line: two probes at the least-memory plan (fxremat) or as is, at the base batch and twice it.
+    line = []
+    for batch in (base, 2 * base):
+        probe = _probe(spec, batch, "least" if fx else None)
+        probe["line"] = True
+        row["probes"].append(probe)
+        print("probe", json.dumps({**probe, "strategy": spec["strategy"], "model": spec["model"]}), flush=True)
+        if not probe["fits"]:
+            break
+        line.append((batch, probe.get("peak_allocated_bytes", 0)))
+    if len(line) == 2 and line[1][1] > line[0][1]:
+        (b0, p0), (b1, p1) = line
+        per_sample = (p1 - p0) / (b1 - b0)
+        batch = max(1, math.floor(b0 + (target - p0) / per_sample))
+        row["line"] = {"bytes_per_sample": per_sample, "fixed_bytes": p0 - per_sample * b0, "batch_at_target": batch}
+    else:  # no line (a CPU smoke run, or the base batch did not fit): start from the base batch
+        batch = base if len(line) else max(1, base // 2)
+    for _ in range(spec["probes"]):
+        probe = _probe(spec, batch, "bytes" if fx else None)
+        row["probes"].append(probe)
+        print("probe", json.dumps({**probe, "strategy": spec["strategy"], "model": spec["model"]}), flush=True)
+        batch = _next_batch(row["probes"], target, spec["step"])
+        if batch is None:
+            break
+    searched = [p for p in row["probes"] if not p.get("line")]
+    fits = [p for p in searched if p["fits"]]
+    fails = [p for p in searched if not p["fits"]]
+    largest = max(fits, key=lambda p: p["batch"], default=None)
+    row.update(largest_batch=largest["batch"] if largest else None,
+               smallest_failed_batch=min((p["batch"] for p in fails), default=None),
+               at_largest=largest)
+    return row
+
+
+# --- the parent ---------------------------------------------------------------------------------
+
+def run_child(spec: dict, timeout: float) -> dict:
+    started = time.perf_counter()
+    try:
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
+                             capture_output=True, text=True, timeout=timeout,
+                             env=dict(os.environ, PYTHONWARNINGS="ignore"))
+        for line in out.stdout.splitlines():
+            if line.startswith("probe "):
+                print(line[:400], flush=True)
+        rows = [line for line in out.stdout.splitlines() if line.startswith("row ")]
+        row = json.loads(rows[-1][4:]) if rows else {"model": spec["model"], "strategy": spec["strategy"],
+                                                     "error": out.stderr[-3000:]}
+    except subprocess.TimeoutExpired as err:
+        row = {"model": spec["model"], "strategy": spec["strategy"], "error": f"timeout after {timeout} s",
+               "stdout_tail": (err.stdout or b"")[-2000:].decode(errors="replace") if isinstance(err.stdout, bytes)
+               else str(err.stdout)[-2000:]}
+    row["wall_s"] = round(time.perf_counter() - started, 1)
+    return row
+
+
+def summary_markdown(data: dict) -> str:
+    gib = 2**30
+    lines = [f"Largest batch within {data['cap_gib']} GiB ({data['env'].get('device_name', data['device'])}, "
+             f"torch {data['env']['torch']}, {data['dtype']}; one training step, parameters, gradients and batch "
+             f"included; headroom {data['headroom']:.0%} for fxremat's byte budget)", "",
+             "| model | strategy | largest batch that fits | smallest tried that failed | peak allocated (GiB) "
+             "| peak reserved (GiB) | step (s) | samples/s |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for row in data["rows"]:
+        at = row.get("at_largest") or {}
+        step = at.get("step_s")
+        lines.append("| {} | {} | {} | {} | {} | {} | {} | {} |".format(
+            row["model"], row["strategy"], row.get("largest_batch", row.get("error", "")[:60]),
+            row.get("smallest_failed_batch"),
+            f"{at['peak_allocated_bytes'] / gib:.2f}" if at.get("peak_allocated_bytes") else "",
+            f"{at['peak_reserved_bytes'] / gib:.2f}" if at.get("peak_reserved_bytes") else "",
+            f"{step:.3f}" if step else "", f"{at['batch'] / step:.1f}" if step else ""))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke run, on CPU too)")
+    parser.add_argument("--models", default="gpt2,resnet50")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    parser.add_argument("--cap-gib", type=float, default=20.0)
+    parser.add_argument("--headroom", type=float, default=0.05)
+    parser.add_argument("--step", type=float, default=0.05, help="relative batch step after the line's guess")
+    parser.add_argument("--probes", type=int, default=4, help="probes after the line's two")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="processes at a time (default: as many caps as 90%% of the GPU's memory holds)")
+    parser.add_argument("--sizes", default="{}", type=json.loads, help="size overrides per model (JSON)")
+    parser.add_argument("--timeout", type=float, default=900)
+    args = parser.parse_args(argv)
+    if args.child:
+        spec = json.loads(args.child)
+        try:
+            row = child(spec)
+        except Exception:  # noqa: BLE001
+            row = {"model": spec["model"], "strategy": spec["strategy"], "error": traceback.format_exc()[-3000:]}
+        print("row " + json.dumps(row), flush=True)
+        return None
+    if args.out is None:
+        parser.error("--out is required")
+    args.scale = "tiny" if args.quick else "gpu"
+    if args.quick:
+        args.sizes = {**QUICK_SIZES, **args.sizes}
+        args.probes = min(args.probes, 2)
+    import torch
+
+    from gpu_suite import environment
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch.cuda.is_available() is False")
+    if args.jobs is None:
+        args.jobs = (max(1, int(0.9 * torch.cuda.get_device_properties(0).total_memory // (args.cap_gib * 2**30)))
+                     if args.device == "cuda" else 1)
+    specs = [_spec(args, m, s) for m in args.models.split(",") for s in args.strategies.split(",")]
+    os.makedirs(args.out, exist_ok=True)
+    data = {"env": environment(), "device": args.device, "dtype": args.dtype, "cap_gib": args.cap_gib,
+            "headroom": args.headroom, "scale": args.scale, "jobs": args.jobs, "rows": []}
+    path = os.path.join(args.out, "largest_batch.json")
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        for row in pool.map(lambda s: run_child(s, args.timeout), specs):
+            data["rows"].append(row)
+            print("largest", json.dumps({k: row.get(k) for k in ("model", "strategy", "largest_batch",
+                                                                   "smallest_failed_batch", "wall_s", "error")})[:800],
+                  flush=True)
+            data["wall_s"] = round(time.perf_counter() - started, 1)
+            results_io.write_json(path, data)
+    with open(os.path.join(args.out, "largest_batch.md"), "w") as f:
+        f.write(summary_markdown(data))
+    print(summary_markdown(data), flush=True)
+    return data
+
+
+if __name__ == "__main__":
+    main()
