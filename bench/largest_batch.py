@@ -53,7 +53,7 @@ QUICK_SIZES = {"gpt2": {"batch": 2}, "mlp": {"batch": 8}}
 def _spec(args, model: str, strategy: str) -> dict:
     return {"model": model, "strategy": strategy, "device": args.device, "dtype": args.dtype,
             "scale": args.scale, "sizes": args.sizes.get(model, {}), "cap_bytes": int(args.cap_gib * 2**30),
-            "headroom": args.headroom, "step": args.step, "probes": args.probes}
+            "headroom": args.headroom, "step": args.step, "probes": args.probes, "alloc_conf": args.alloc_conf}
 
 
 # --- the child: one model and strategy, every probe in one process ---------------------------
@@ -126,68 +126,88 @@ def _probe(spec: dict, batch: int, fx_budget) -> dict:
     return probe
 
 
-def _next_batch(probes: list[dict], target: float, step: float) -> int | None:
-    """The next batch to try, or None when a fit and a failure one batch apart bracket it."""
-    fits = [p["batch"] for p in probes if p["fits"] and not p.get("line")]
-    fails = [p["batch"] for p in probes if not p["fits"] and not p.get("line")]
+def next_batch(probes: list[dict], step: float) -> int | None:
+    """The next batch to try after ``probes`` (dicts with ``batch`` and ``fits``), or None when
+    a fit and a failure one batch apart bracket the largest batch (or a failure is below a fit:
+    not monotone, nothing more to learn). Every fit so far bounds it from below and every
+    failure from above (the line's probes too: where they run fxremat's least-memory plan, a
+    batch it does not fit is one no budget fits): bisection between them; with no failure yet,
+    up by ``step``; with no fit yet, down by ``step``."""
+    fits = [p["batch"] for p in probes if p["fits"]]
+    fails = [p["batch"] for p in probes if not p["fits"]]
     best, worst = max(fits, default=None), min(fails, default=None)
-    if best is not None and worst is not None:
-        if worst - best <= 1:
-            return None
-        if worst < best:  # not monotone: report what was seen
-            return None
-        return (best + worst) // 2 if worst - best <= 4 else max(best + 1, min(worst - 1, round(best * (1 + step))))
-    last = probes[-1]["batch"]
-    if best is not None:
+    if worst is None:
+        last = probes[-1]["batch"]
         return max(last + 1, round(last * (1 + step)))
-    return max(1, min(last - 1, round(last * (1 - step)))) if last > 1 else None
+    if best is None:
+        return max(1, min(worst - 1, round(worst * (1 - step)))) if worst > 1 else None
+    if worst - best <= 1:
+        return None
+    return (best + worst) // 2
 
 
-def child(spec: dict) -> dict:
-    import torch
+def search(run, base: int, target: float, probes: int, step: float, line_counts: bool = True) -> dict:
+    """The largest batch for which ``run(batch, line)`` fits, ``run`` returning a probe dict
+    (``batch``, ``fits``, and ``peak_allocated_bytes`` where measured). ``line=True`` for the
+    two probes at ``base`` and ``2 * base`` (fxremat: its least-memory plan) through which a line
+    of peak against batch guesses the batch whose peak meets ``target``; then up to ``probes``
+    probes (``line=False``) from that guess (``next_batch``). Returns the probes, the line and
+    ``largest_batch`` (the largest batch that fit; the line's probes count when
+    ``line_counts``, that is when ``run`` gives them the configuration of the others) and
+    ``smallest_failed_batch``.
 
-    cuda = spec["device"] == "cuda"
-    if cuda:
-        total = torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, spec["cap_bytes"] / total))
-    import frontier_models
-
-    base = {**frontier_models.SIZES[spec["model"]][spec["scale"]], **spec["sizes"]}["batch"]
-    target = (1 - spec["headroom"]) * spec["cap_bytes"]
-    row = {"model": spec["model"], "strategy": spec["strategy"], "cap_bytes": spec["cap_bytes"],
-           "headroom": spec["headroom"], "probes": []}
-    fx = spec["strategy"] == "fxremat"
-    # The line: two probes at the least-memory plan (fxremat) or as is, at the base batch and twice it.
+    >>> fake = lambda batch, line: {"batch": batch, "fits": batch <= 37, "peak_allocated_bytes": 10 * batch}
+    >>> search(fake, base=8, target=370, probes=6, step=0.05)["largest_batch"]
+    37
+    """
+    row: dict = {"probes": []}
     line = []
     for batch in (base, 2 * base):
-        probe = _probe(spec, batch, "least" if fx else None)
-        probe["line"] = True
+        probe = dict(run(batch, True), line=True)
         row["probes"].append(probe)
-        print("probe", json.dumps({**probe, "strategy": spec["strategy"], "model": spec["model"]}), flush=True)
         if not probe["fits"]:
             break
-        line.append((batch, probe.get("peak_allocated_bytes", 0)))
+        line.append((batch, probe.get("peak_allocated_bytes") or 0))
     if len(line) == 2 and line[1][1] > line[0][1]:
         (b0, p0), (b1, p1) = line
         per_sample = (p1 - p0) / (b1 - b0)
         batch = max(1, math.floor(b0 + (target - p0) / per_sample))
         row["line"] = {"bytes_per_sample": per_sample, "fixed_bytes": p0 - per_sample * b0, "batch_at_target": batch}
-    else:  # no line (a CPU smoke run, or the base batch did not fit): start from the base batch
-        batch = base if len(line) else max(1, base // 2)
-    for _ in range(spec["probes"]):
-        probe = _probe(spec, batch, "bytes" if fx else None)
-        row["probes"].append(probe)
-        print("probe", json.dumps({**probe, "strategy": spec["strategy"], "model": spec["model"]}), flush=True)
-        batch = _next_batch(row["probes"], target, spec["step"])
+    else:  # no line (nothing measured on a CPU, or the base batch did not fit)
+        batch = base if line else max(1, base // 2)
+    for _ in range(probes):
+        row["probes"].append(dict(run(batch, False), line=False))
+        batch = next_batch(row["probes"], step)
         if batch is None:
             break
-    searched = [p for p in row["probes"] if not p.get("line")]
-    fits = [p for p in searched if p["fits"]]
-    fails = [p for p in searched if not p["fits"]]
-    largest = max(fits, key=lambda p: p["batch"], default=None)
-    row.update(largest_batch=largest["batch"] if largest else None,
-               smallest_failed_batch=min((p["batch"] for p in fails), default=None),
-               at_largest=largest)
+    counted = [p for p in row["probes"] if line_counts or not p["line"]]
+    largest = max((p for p in counted if p["fits"]), key=lambda p: p["batch"], default=None)
+    row.update(largest_batch=largest["batch"] if largest else None, at_largest=largest,
+               smallest_failed_batch=min((p["batch"] for p in counted if not p["fits"]), default=None))
+    return row
+
+
+def child(spec: dict) -> dict:
+    import torch
+
+    if spec["device"] == "cuda":
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, spec["cap_bytes"] / total))
+    import frontier_models
+
+    base = {**frontier_models.SIZES[spec["model"]][spec["scale"]], **spec["sizes"]}["batch"]
+    fx = spec["strategy"] == "fxremat"
+
+    def run(batch: int, line: bool) -> dict:
+        probe = _probe(spec, batch, ("least" if line else "bytes") if fx else None)
+        print("probe", json.dumps({**probe, "line": line, "strategy": spec["strategy"], "model": spec["model"]}),
+              flush=True)
+        return probe
+
+    row = {"model": spec["model"], "strategy": spec["strategy"], "cap_bytes": spec["cap_bytes"],
+           "headroom": spec["headroom"], "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}
+    row.update(search(run, base, (1 - spec["headroom"]) * spec["cap_bytes"], spec["probes"], spec["step"],
+                      line_counts=not fx))
     return row
 
 
@@ -198,7 +218,8 @@ def run_child(spec: dict, timeout: float) -> dict:
     try:
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
                              capture_output=True, text=True, timeout=timeout,
-                             env=dict(os.environ, PYTHONWARNINGS="ignore"))
+                             env=dict(os.environ, PYTHONWARNINGS="ignore",
+                                      **({"PYTORCH_CUDA_ALLOC_CONF": spec["alloc_conf"]} if spec["alloc_conf"] else {})))
         for line in out.stdout.splitlines():
             if line.startswith("probe "):
                 print(line[:400], flush=True)
@@ -217,7 +238,8 @@ def summary_markdown(data: dict) -> str:
     gib = 2**30
     lines = [f"Largest batch within {data['cap_gib']} GiB ({data['env'].get('device_name', data['device'])}, "
              f"torch {data['env']['torch']}, {data['dtype']}; one training step, parameters, gradients and batch "
-             f"included; headroom {data['headroom']:.0%} for fxremat's byte budget)", "",
+             f"included; headroom {data['headroom']:.0%} for fxremat's byte budget; "
+             f"PYTORCH_CUDA_ALLOC_CONF={data.get('alloc_conf') or 'unset'})", "",
              "| model | strategy | largest batch that fits | smallest tried that failed | peak allocated (GiB) "
              "| peak reserved (GiB) | step (s) | samples/s |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for row in data["rows"]:
@@ -244,7 +266,9 @@ def main(argv: list[str] | None = None) -> dict | None:
     parser.add_argument("--cap-gib", type=float, default=20.0)
     parser.add_argument("--headroom", type=float, default=0.05)
     parser.add_argument("--step", type=float, default=0.05, help="relative batch step after the line's guess")
-    parser.add_argument("--probes", type=int, default=4, help="probes after the line's two")
+    parser.add_argument("--probes", type=int, default=5, help="probes after the line's two")
+    parser.add_argument("--alloc-conf", default="expandable_segments:True",
+                        help="PYTORCH_CUDA_ALLOC_CONF for every strategy's process ('' leaves the environment's)")
     parser.add_argument("--jobs", type=int, default=None,
                         help="processes at a time (default: as many caps as 90%% of the GPU's memory holds)")
     parser.add_argument("--sizes", default="{}", type=json.loads, help="size overrides per model (JSON)")
@@ -276,7 +300,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     specs = [_spec(args, m, s) for m in args.models.split(",") for s in args.strategies.split(",")]
     os.makedirs(args.out, exist_ok=True)
     data = {"env": environment(), "device": args.device, "dtype": args.dtype, "cap_gib": args.cap_gib,
-            "headroom": args.headroom, "scale": args.scale, "jobs": args.jobs, "rows": []}
+            "headroom": args.headroom, "alloc_conf": args.alloc_conf, "scale": args.scale, "jobs": args.jobs,
+            "rows": []}
     path = os.path.join(args.out, "largest_batch.json")
     started = time.perf_counter()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
