@@ -19,7 +19,7 @@ from .passes import mincut
 from .plans import Plan
 from .sizes import describe, is_multi_output, storage_bytes, storage_of
 from .timeline import predict, relaid_inputs
-from .workspace import library_workspace_bytes
+from .workspace import scratch_model
 
 log = logging.getLogger("fxremat")  # TORCH_LOGS="fxremat" (or logging) shows it
 PROGRESS_AFTER_S = 3.0  # planning that has taken this long says what it does at INFO, before at DEBUG
@@ -219,7 +219,7 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
     inductor = ctx.options.compiler == "inductor"
     timeline = predict(fwd, bwd, ctx.num_fwd_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor,
                        hold_outputs=ctx.options.hold_outputs,
-                       workspace=None if inductor else library_workspace_bytes)
+                       workspace=scratch_model(inductor))
     plan = Plan(
         graph_id=ctx.graph_id,
         solver=solver,

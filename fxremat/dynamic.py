@@ -28,7 +28,7 @@ import torch.fx as fx
 from . import _compat, sizes
 from .plans import BudgetError, BudgetWarning
 from .timeline import predict, relaid_inputs
-from .workspace import library_workspace_bytes
+from .workspace import scratch_model
 
 MAX_GUARDS = 12  # more envelope expressions than this are guarded as one Max(...) <= budget
 
@@ -79,7 +79,7 @@ def peak_expressions(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs:
     those no other one dominates (``envelope``): its peak at any size is their maximum."""
     inductor = options.compiler == "inductor"
     timeline = predict(fwd, bwd, num_user_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor,
-                       hold_outputs=options.hold_outputs, workspace=None if inductor else library_workspace_bytes,
+                       hold_outputs=options.hold_outputs, workspace=scratch_model(inductor),
                        symbolic=True)
     return envelope([sympy.sympify(b) for b in timeline.live_bytes])
 

@@ -388,7 +388,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                 allocates[storage[a]] = node_bytes(a)
             pending_copies = []
         weight = node.args[2 if node.target is _CONV_BACKWARD else 1] if node.target in _CONVOLUTIONS else None
-        if channels_last and isinstance(weight, NODES):
+        if channels_last and isinstance(weight, NODES) and _device_type(weight) == "cpu":
             # The library (oneDNN on CPU) copies the weight to its own blocked layout, and the
             # backward computes the weight's gradient in that layout before copying it out:
             # temporaries freed when the op returns, one weight-sized buffer in the forward,
@@ -406,7 +406,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             activations = node.args[:2] if node.target is _CONV_BACKWARD else node.args[:1]
             copies_bytes = sum(node_bytes(a) for a in activations if _channel_slice(a) or a in relaid_cats)
             allocates[f"{phase}:{node.name}:workspace"] = copies * node_bytes(weight) + copies_bytes
-        elif workspace is not None:
+        elif workspace is not None:  # op by op; through Inductor, CUDA's library calls (cuDNN's convolutions)
             scratch = workspace(node)
             if scratch:
                 allocates[f"{phase}:{node.name}:workspace"] = scratch
@@ -425,6 +425,11 @@ def _relaid_cat(cat: fx.Node, inlining: Inlining) -> bool:
                 for u in inlining.readers(cat))
             and any(a.op == "call_function" and not oplib.is_compute_intensive(a) and not oplib.is_getitem(a)
                     for a in cat.args[0] if isinstance(a, NODES)))
+
+
+def _device_type(node: Any) -> str:
+    val = node.meta.get("val")
+    return val.device.type if isinstance(val, torch.Tensor) else "cpu"
 
 
 def _channel_slice(node: Any) -> bool:

@@ -106,6 +106,39 @@ def test_convolution_temporaries_are_weight_sized():
     assert timeline.live_bytes[index] == (ACT + W3) + 2 * W3 + (ACT + W3) + ACT + 8, timeline.as_records()
 
 
+def test_on_cuda_a_convolution_counts_its_measured_library_workspace(monkeypatch):
+    """Through Inductor on CUDA a convolution is an extern cuDNN call whose workspace the
+    caching allocator counts: the timeline takes the measured scratch
+    (``workspace.scratch_model``), not oneDNN's weight-sized copies; on CPU nothing changes
+    and nothing is measured."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from fxremat import workspace
+
+    measured = []
+    monkeypatch.setattr(workspace, "_MEASURED", {})
+    monkeypatch.setattr(workspace, "_measure", lambda node: measured.append(node.name) or 4096)
+    with FakeTensorMode():  # no GPU needed for fake CUDA tensors
+        x, w1 = torch.randn(B, C, S, S, device="cuda"), torch.randn(C, C, 1, 1, device="cuda")
+        w3 = torch.randn(4 * C, C, 3, 3, device="cuda")
+        fwd = aten_graph(_forward, x, w1, w3)
+        bwd = aten_graph(_backward, x, w1, w3, torch.empty(B, C, S, S, device="cuda"),
+                         torch.tensor(1.0, device="cuda"))
+    timeline = predict(fwd, bwd, 1, relaid_inputs(fwd), fusion=True, workspace=workspace.scratch_model(True))
+    for name, phase in [("convolution_default", "forward"), ("convolution_default_1", "forward"),
+                        ("convolution_backward_default", "backward"), ("convolution_backward_default_1", "backward")]:
+        assert _step(timeline, name, phase).allocates[f"{phase}:{name}:workspace"] == 4096
+    assert sorted(measured) == ["convolution_backward_default", "convolution_backward_default_1",
+                                "convolution_default", "convolution_default_1"]
+
+    measured.clear()
+    fwd, bwd = _graphs()  # CPU
+    timeline = predict(fwd, bwd, 1, relaid_inputs(fwd), fusion=True, workspace=workspace.scratch_model(True))
+    assert _step(timeline, "convolution_default_1", "forward").allocates[
+        "forward:convolution_default_1:workspace"] == W3
+    assert measured == []
+
+
 # --- end to end: a small bottleneck ResNet under Inductor ---------------------------------
 
 
