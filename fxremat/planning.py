@@ -42,11 +42,13 @@ def plan_model(model: torch.nn.Module, example_inputs: Any, options: dict | None
         No plan fits the budget (itself, not wrapped in Dynamo's ``BackendCompilerFailed``).
     fxremat.OptionError
         Bad options, before anything is compiled.
+    RuntimeError
+        torch.compile compiled no graph (Dynamo skipped the model's frame).
     """
     Options.from_user(options)  # bad options fail here, not inside Dynamo
     args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
     first = inspect.plan_count()
-    compiled = torch.compile(model, backend="fxremat", options=dict(options or {}))
+    compiled = torch.compile(_fresh_caller(model), backend="fxremat", options=dict(options or {}))
     with _compat.autograd_cache_disabled(), torch.enable_grad():
         try:
             compiled(*args)
@@ -55,4 +57,20 @@ def plan_model(model: torch.nn.Module, example_inputs: Any, options: dict | None
             if inner is None:
                 raise
             raise inner.with_traceback(inner.__traceback__) from None
-    return inspect.plans_since(first)
+    plans = inspect.plans_since(first)
+    if not plans:
+        raise RuntimeError("fxremat.plan: torch.compile ran the model without compiling a graph to plan "
+                           "(Dynamo's warnings above say why: a skipped frame, or no tensor operation)")
+    return plans
+
+
+def _fresh_caller(model):
+    """``model`` behind a function whose code object is new at every call. Dynamo keeps its
+    compiled entries on a code object and stops compiling one after ``recompile_limit`` (8)
+    entries: every ``fxremat.plan`` of one model with other options adds one, so the ninth ran
+    the model uncompiled and planned nothing."""
+    def call(*args, **kwargs):
+        return model(*args, **kwargs)
+
+    call.__code__ = call.__code__.replace()  # a copy: its own (empty) cache
+    return call

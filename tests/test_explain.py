@@ -141,6 +141,18 @@ def test_plan_asks_before_training_and_raises_budget_errors_unwrapped():
         fxremat.plan(model, batch, {"memory_budget": "lots"})
 
 
+def test_plan_plans_one_model_under_more_option_sets_than_dynamo_compiles_one_frame():
+    """Dynamo stops compiling a code object after ``recompile_limit`` (8) entries; each
+    ``fxremat.plan`` gets a code object of its own, so the ninth still plans."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    x = torch.randn(4, 16)
+    budgets = [10_000 + 1_000 * i for i in range(torch._dynamo.config.recompile_limit + 2)]
+    for budget in budgets:
+        (plan,) = fxremat.plan(model, x, {"compiler": "eager", "memory_budget": budget})
+        assert plan.budget_bytes == budget
+
+
 def test_cli_plans_a_model_factory(tmp_path, capsys):
     debug_dir = str(tmp_path / "plans")
     assert cli.main(["explain", debug_dir, "--model", "fxremat.models:make_mlp", "--compiler", "eager",
