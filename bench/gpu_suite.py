@@ -42,6 +42,10 @@ calls, e.g. ::
     python bench/gpu_suite.py check --out $OUT --record decoder 2>&1 | tee $OUT/log.txt
     python bench/gpu_suite.py frontier --models gpt2 --out $OUT 2>&1 | tee $OUT/log.txt
 
+On an H200 (2026-11-26, ``bench/results/cuda/NVIDIA-H200/``): the GPT-2 frontier with 9
+strategies, 6 at a time, 272 s; the 16 prediction rows 218 s; ``bench/largest_batch.py`` (2
+models x 3 strategies, 5 at a time, beside the prediction rows) 456 s.
+
 (no ``grep`` in the pipe: it holds the log back until it ends, and a call stopped at its limit
 returns none of it).
 """

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch.fx as fx
 
-from . import _compat, dynamic, inspect
+from . import _compat, dynamic, inspect, step
 from .options import Options
 from .partition import partition
 from .candidate import log
@@ -81,7 +81,7 @@ def fxremat_backend(gm: fx.GraphModule, example_inputs, options: dict | None = N
     it when called, and Dynamo keeps that function for these sizes, so calls that meet the
     same refusal get it at once instead of compiling again."""
     try:
-        return _compile(gm, example_inputs, options, mode)
+        return step.compiled_for_step(gm, example_inputs, Options.from_user(options, mode=mode), _compile)
     except Exception as error:  # noqa: BLE001 - fxremat's own errors become a refusing function
         refusal = fxremat_error(error)
         if refusal is None:
@@ -97,10 +97,13 @@ def _refusing(error: BaseException):
     return refused
 
 
-def _compile(gm: fx.GraphModule, example_inputs, options: dict | None, mode: str | None):
-    opts = Options.from_user(options, mode=mode)
+def _compile(gm: fx.GraphModule, example_inputs, opts: Options):
     inspect.compiled()
-    partitioner = FxrematPartitioner(opts, cacheable=opts.memory_budget is None or not symbolic_dims(example_inputs))
+    # A byte budget's plan depends on what the step's other graphs hold when it is made
+    # (fxremat.step), a dynamic graph's adds guards (fxremat.dynamic): neither is cached.
+    budget = opts.memory_budget
+    partitioner = FxrematPartitioner(opts, cacheable=budget is None or (budget.fraction is not None
+                                                                        and not symbolic_dims(example_inputs)))
     if opts.compiler == "eager":
         return _eager_compile(gm, example_inputs, partitioner)
     # Inductor's wrapper keeps a dead buffer alive until a later buffer of the same size
@@ -130,6 +133,12 @@ def _compile(gm: fx.GraphModule, example_inputs, options: dict | None, mode: str
         # the graph's code, not on the segment marks its fusion guard reads.
         patches["fx_graph_cache"] = False
     _compat.install_segment_fusion_guard()
+    if partitioner.uuid() is None:
+        # Inductor puts a partitioner's uuid None into its cache key instead of bypassing
+        # the AOTAutograd cache (torch 2.13): a hit would skip planning (a byte budget's step
+        # accounting, a dynamic graph's guards, debug_dir's files).
+        with _compat.autograd_cache_disabled():
+            return _compat.compile_fx(gm, example_inputs, config_patches=patches)
     return _compat.compile_fx(gm, example_inputs, config_patches=patches)
 
 

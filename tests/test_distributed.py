@@ -158,7 +158,9 @@ def test_ranks_that_measure_apart_get_rank_0s_plan(order, cost_model):
     thousand times slower; or rank 1's library calls measuring more scratch memory. Rank 1
     plans again with rank 0's figures (``fxremat.ranks``), so both compile the same graphs,
     and the gradients are eager's."""
-    ranks = _run(order, False, budget=0.8, cost_model=cost_model)
+    # 0.2: low enough that which values to recompute depends on the kernels' times (at 0.5
+    # and above every rank's timings pick the same plan on this model)
+    ranks = _run(order, False, budget=0.2, cost_model=cost_model)
     assert ranks[0]["plans"] and ranks[0]["plans"] == [dict(p, replanned=None) for p in ranks[1]["plans"]]
     assert all(p["replanned"] is None for p in ranks[0]["plans"])
     assert any(p["replanned"] for p in ranks[1]["plans"]), "the ranks' timings did not set their plans apart"

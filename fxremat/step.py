@@ -1,0 +1,219 @@
+"""One byte budget for the whole training step, across the graphs the step compiles.
+
+A step can run several compiled graphs: a graph break, a loss computed in a graph of its own
+(Hugging Face GPT-2), DDPOptimizer's buckets. Their forwards run in turn, then their
+backwards in reverse order, and while graph *k* runs, every earlier graph of the step holds
+its saved activations and its outputs. A byte budget is a promise about the step's peak, so a
+graph is planned within the budget less what the graphs before it hold (issue #22).
+
+- **The ledger** (run time). When a compiled graph's forward runs under autograd it adds what
+  it holds across the rest of the step: its plan's saved activations and its outputs (their
+  storages, less the inputs'). Its backward having run, or its autograd graph being freed
+  without one, takes the entry out.
+- **Planning**: a graph is planned when its forward first runs, so the ledger then holds exactly
+  the graphs running beside it; its budget is ``budget - held - reserved``.
+- **Later graphs.** The first graph of a step cannot know what comes after it. A graph whose
+  least-memory plan needs more than the budget leaves it (``N``) runs at that least plan for
+  this one step, with a ``BudgetWarning`` that says by how much the step is over, and reserves
+  ``N`` from every graph held across it: once the step has ended (the ledger is empty), each is
+  planned again (a recompile, with the inputs of its next call) within ``budget - held - N``,
+  and so is the later graph, within what they then leave. From the next step on the step meets
+  the budget, or, where no plan of the earlier graphs leaves ``N``, their replanning raises
+  ``BudgetError`` naming a budget that works.
+- A graph called more than once in a step finds its own earlier calls held; its plan, made at
+  its first call, does not count them yet (a ``BudgetWarning`` says when the step is predicted
+  over).
+
+Graphs with symbolic sizes (dynamic shapes) keep the per-graph budget: a replan compiles for
+the sizes of one call. Fractions keep their per-graph meaning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import warnings
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from . import inspect
+from .options import Budget, Options, format_bytes
+from .plans import BudgetError, BudgetWarning, fxremat_error
+from .sizes import tensor_bytes
+
+_HELD: dict[int, tuple["StepGraph", int]] = {}  # ledger entry -> (graph, bytes held)
+_ENTRIES = itertools.count()
+_steps_ended = 0  # times the ledger emptied: a step's last backward ran (or its graphs were freed)
+_LEAST_PROBES = 3  # a floor error names the floor; the least plan may need a little more
+
+
+def held_bytes() -> int:
+    """What the graphs whose forward ran and whose backward has not hold now, in bytes."""
+    return sum(nbytes for _, nbytes in _HELD.values())
+
+
+def applies(options: Options, example_inputs) -> bool:
+    """A byte budget on a graph of static sizes: the step's budget (``StepGraph``)."""
+    from .sizes import symbolic_dims
+
+    return (options.memory_budget is not None and options.memory_budget.bytes is not None
+            and not symbolic_dims(example_inputs))
+
+
+class StepGraph:
+    """A compiled graph planned within the step's budget: ``compile(gm, inputs, options)``
+    compiles it (``backend._compile``); called as the compiled forward is (unboxed)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs, options: Options,
+                 compile: Callable[[torch.fx.GraphModule, list, Options], Callable]):
+        self.gm, self.options, self._compile = gm, options, compile
+        self.budget = options.memory_budget.bytes
+        self.reserved = 0  # bytes later graphs of the step asked this one to leave them
+        self.stale_in: int | None = None  # plan again once the step numbered so has ended
+        self.saved_bytes = self.peak = 0
+        self._build(list(example_inputs))
+
+    def __call__(self, *args):
+        if self.stale_in is not None and _steps_ended > self.stale_in:
+            self.stale_in = None
+            self._build(list(args))
+        if torch.is_grad_enabled():
+            self._check(held_bytes())
+        inputs = {t.untyped_storage().data_ptr() for t in args if isinstance(t, torch.Tensor)}
+        outputs = self.compiled(*args)
+        if torch.is_grad_enabled():
+            self._enter(outputs, inputs)
+        return outputs
+
+    def reserve(self, nbytes: int) -> None:
+        """A later graph needs ``nbytes`` while this one is held: leave it, from the next step."""
+        if nbytes > self.reserved:
+            self.reserved = nbytes
+            self.stale_in = _steps_ended
+
+    def _check(self, held: int) -> None:
+        """Say once if this call's step is predicted over the budget: a graph called again in
+        the same step (one compiled block run for every block) finds its own earlier calls
+        held, which its plan, made at its first call, did not count."""
+        if self.warned or held + self.peak <= self.budget:
+            return
+        self.warned = True
+        warnings.warn(BudgetWarning(
+            f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's, but this call "
+            f"of graph {self.graph_ids} finds {format_bytes(held)} held by the step's earlier graphs (or its own "
+            f"earlier calls) beside its plan's {format_bytes(self.peak)}: the step is predicted "
+            f"{format_bytes(held + self.peak - self.budget)} over the budget; a graph called more than once in a "
+            f"step is not yet planned for it"), stacklevel=3)
+
+    # --- planning ---------------------------------------------------------------------
+
+    def _build(self, inputs: list) -> None:
+        held = held_bytes()
+        given = self.budget - held - self.reserved
+        first = inspect.plan_count()
+        try:
+            self.compiled = self._compile_within(inputs, given)
+            over = None
+        except Exception as error:  # noqa: BLE001 - a BudgetError of fxremat's, wrapped or not
+            refusal = fxremat_error(error)
+            if not isinstance(refusal, BudgetError) or held == 0 or refusal.least_bytes is None:
+                if isinstance(refusal, BudgetError) and self.reserved and refusal.least_bytes is not None:
+                    raise self._cannot_leave(refusal, inputs) from None
+                raise
+            # A later graph of the step: it takes its least plan now, and the graphs held
+            # across it leave it that from the next step.
+            first = inspect.plan_count()
+            self.compiled, need = self._least(inputs, refusal.least_bytes)
+            for graph, _ in list(_HELD.values()):
+                graph.reserve(need)
+            self.stale_in = _steps_ended
+            over = held + need - self.budget
+            warnings.warn(BudgetWarning(
+                f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: the graphs "
+                f"before this one hold {format_bytes(held)} across it and its least-memory plan needs "
+                f"{format_bytes(need)}, so this step is predicted {format_bytes(over)} over the budget; the "
+                f"earlier graphs are planned again within {format_bytes(self.budget - need)} once this step has "
+                f"ended, this one within what they leave"), stacklevel=2)
+        plans = inspect.plans_since(first)
+        self.saved_bytes = sum(p.saved_activation_bytes for p in plans)
+        self.peak = max((p.predicted_peak_bytes for p in plans), default=0)
+        self.graph_ids = ", ".join(p.graph_id for p in plans)
+        self.warned = over is not None  # this step's excess is said already
+        for plan in plans:
+            plan.notes["step"] = {"budget_bytes": self.budget, "held_by_earlier_graphs_bytes": held,
+                                  "reserved_for_later_graphs_bytes": self.reserved,
+                                  "graph_budget_bytes": plan.budget_bytes, **({"over_bytes": over} if over else {})}
+
+    def _cannot_leave(self, refusal: BudgetError, inputs: list) -> BudgetError:
+        """The error for a graph whose plans cannot leave a later graph of the step what it
+        reserved: then no plan of the step meets the budget. A budget of the graph's least
+        plus the reservation would (this graph within its least, the later one within the rest);
+        the refusal may name the graph's floor, so its least is found first."""
+        _, own = self._least(inputs, refusal.least_bytes)  # a compile that will not run
+        least = own + self.reserved
+        error = BudgetError(
+            f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: a later graph "
+            f"of the step needs {format_bytes(self.reserved)} while this graph is held, and this graph's "
+            f"least-memory plan needs {format_bytes(own)}, more than the "
+            f"{format_bytes(self.budget - self.reserved)} left. Allowed: a budget of at least {least} bytes "
+            f"({format_bytes(least)}) for the step.", least)
+        error.floor_bytes = refusal.floor_bytes
+        return error
+
+    def _compile_within(self, inputs: list, nbytes: int) -> Callable:
+        if nbytes < 1:
+            raise BudgetError(
+                f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: the graphs "
+                f"before this one hold {format_bytes(held_bytes())} and later ones reserved "
+                f"{format_bytes(self.reserved)}, which leaves nothing for this graph", None)
+        options = dataclasses.replace(self.options, memory_budget=Budget(bytes=nbytes))
+        return self._compile(self.gm, inputs, options)
+
+    def _least(self, inputs: list, need: int) -> tuple[Callable, int]:
+        """Compiled at the least budget its plans meet (a floor error names the floor first)."""
+        for _ in range(_LEAST_PROBES):
+            try:
+                return self._compile_within(inputs, need), need
+            except Exception as error:  # noqa: BLE001
+                refusal = fxremat_error(error)
+                if not isinstance(refusal, BudgetError) or refusal.least_bytes is None or refusal.least_bytes <= need:
+                    raise
+                need = refusal.least_bytes
+        raise BudgetError(f"fxremat: no least budget after {_LEAST_PROBES} probes", None)
+
+    # --- the ledger -------------------------------------------------------------------
+
+    def _enter(self, outputs, inputs: set[int]) -> None:
+        tensors = [t for t in (outputs if isinstance(outputs, (list, tuple)) else [outputs])
+                   if isinstance(t, torch.Tensor)]
+        node = next((t.grad_fn for t in tensors if t.grad_fn is not None
+                     and type(t.grad_fn).__name__.startswith("CompiledFunction")), None)
+        if node is None:  # no backward will run: nothing held across the step
+            return
+        storages = {}
+        for t in tensors:
+            ptr = t.untyped_storage().data_ptr()
+            if ptr not in inputs:
+                storages[ptr] = tensor_bytes(t)
+        entry = next(_ENTRIES)
+        _HELD[entry] = (self, self.saved_bytes + sum(storages.values()))
+        node.register_hook(lambda grad_inputs, grad_outputs: _leave(entry))
+        weakref.finalize(node, _leave, entry)  # an autograd graph freed without a backward
+
+
+def _leave(entry: int) -> None:  # returns None: a hook's value would replace the gradients
+    global _steps_ended
+    if _HELD.pop(entry, None) is not None and not _HELD:
+        _steps_ended += 1
+
+
+def compiled_for_step(gm, example_inputs, options: Options, compile: Callable) -> Any:
+    """``gm`` compiled under the step's budget where it applies (``applies``), else as is."""
+    if applies(options, example_inputs):
+        return StepGraph(gm, example_inputs, options, compile)
+    return compile(gm, list(example_inputs), options)
+
+
+__all__ = ["StepGraph", "applies", "compiled_for_step", "held_bytes"]
