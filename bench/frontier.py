@@ -42,16 +42,15 @@ Strategies (all compiled ones with TorchInductor):
   (``create_selective_checkpoint_contexts``): MUST_SAVE the outputs of ``mm``, ``addmm``,
   ``bmm`` and ``convolution``, PREFER_RECOMPUTE everything else;
 - ``fxremat_B``: ``backend="fxremat", options={"memory_budget": B}`` (solver "auto"), B a
-  fraction of fxremat's unconstrained plan; ``fxremat_<solver>_B`` for other solvers that
-  ``fxremat.Options`` accepts (``--solvers``; one it rejects is recorded as skipped with
-  its message). A fraction applies to each compiled graph on its own: a graph with nothing
-  to trade (Hugging Face GPT-2 computes its loss in a second, small graph) keeps its plan
-  with a ``BudgetWarning``, and a graph that can trade but not down to the fraction fails
-  the whole model with ``BudgetError``;
+  fraction (0 the least-memory plan, 1 the unconstrained one); ``fxremat_<solver>_B`` for
+  other solvers that ``fxremat.Options`` accepts (``--solvers``; one it rejects is recorded as
+  skipped with its message). A fraction applies to each compiled graph on its own: a graph
+  with nothing to trade (Hugging Face GPT-2 computes its loss in a second, small graph)
+  keeps its unconstrained plan;
 - ``fxremat_at_P`` (``--fx-match P,...``, default ``ckpt_blocks``): fxremat (solver "auto") at
   a byte budget equal to peer P's measured peak for the same model (``peak_bytes``: above the
-  inputs, what fxremat's budget bounds; per graph, which a small loss graph meets easily), i.e.
-  at the memory of P. It runs once P is measured; if P did not run or failed it is recorded as
+  inputs, what fxremat's budget bounds: the step's, all its graphs together), i.e. at the
+  memory of P. It runs once P is measured; if P did not run or failed it is recorded as
   skipped with the reason. A P of the form ``pt_budget_B`` / ``ckpt_seq_S`` missing from its
   sweep is added to it, and ``--strategies`` keeps the peer of every matched strategy it keeps;
 - ``fxremat_min`` (``--fx-min``, default on): fxremat (solver "auto") at its least feasible byte
