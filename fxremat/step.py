@@ -20,6 +20,9 @@ graph is planned within the budget less what the graphs before it hold (issue #2
   and so is the later graph, within what they then leave. From the next step on the step meets
   the budget, or, where no plan of the earlier graphs leaves ``N``, their replanning raises
   ``BudgetError`` naming a budget that works.
+- A graph planned before the graphs held beside it ran (DDPOptimizer compiles all its buckets
+  at once) finds at its call that the step is predicted over: it is planned again, within what
+  they leave, once the step has ended (a ``BudgetWarning`` says so).
 - A graph called more than once in a step finds its own earlier calls held; its plan, made at
   its first call, does not count them yet (a ``BudgetWarning`` says when the step is predicted
   over).
@@ -37,6 +40,7 @@ import weakref
 from typing import Any, Callable
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from . import inspect
 from .options import Budget, Options, format_bytes
@@ -76,6 +80,8 @@ class StepGraph:
         self._build(list(example_inputs))
 
     def __call__(self, *args):
+        if any(is_fake(t) for t in args if isinstance(t, torch.Tensor)):
+            return self.compiled(*args)  # traced, not run (DDPOptimizer propagates fake values)
         if self.stale_in is not None and _steps_ended > self.stale_in:
             self.stale_in = None
             self._build(list(args))
@@ -94,18 +100,27 @@ class StepGraph:
             self.stale_in = _steps_ended
 
     def _check(self, held: int) -> None:
-        """Say once if this call's step is predicted over the budget: a graph called again in
-        the same step (one compiled block run for every block) finds its own earlier calls
-        held, which its plan, made at its first call, did not count."""
-        if self.warned or held + self.peak <= self.budget:
+        """A call whose step is predicted over the budget: what is held beside it was not all
+        held when it was planned. Graphs planned before the ones beside it ran (DDPOptimizer
+        compiles all its buckets before the first runs) are planned again once this step has
+        ended, within what those then leave. A graph called again in the same step (one
+        compiled block run for every block) finds its own earlier calls held, which its plan
+        does not count yet: it only says so."""
+        if held + self.peak <= self.budget:
+            return
+        again = any(graph is self for graph, _ in _HELD.values())
+        if not again and self.stale_in is None:
+            self.stale_in = _steps_ended
+        if self.warned:
             return
         self.warned = True
+        what = ("a graph called more than once in a step is not yet planned for its own earlier calls" if again else
+                "it is planned again within what they leave once this step has ended")
         warnings.warn(BudgetWarning(
             f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's, but this call "
-            f"of graph {self.graph_ids} finds {format_bytes(held)} held by the step's earlier graphs (or its own "
-            f"earlier calls) beside its plan's {format_bytes(self.peak)}: the step is predicted "
-            f"{format_bytes(held + self.peak - self.budget)} over the budget; a graph called more than once in a "
-            f"step is not yet planned for it"), stacklevel=3)
+            f"of graph {self.graph_ids} finds {format_bytes(held)} held by the step's earlier graphs"
+            f"{' (or its own earlier calls)' if again else ''} beside its plan's {format_bytes(self.peak)}: the step "
+            f"is predicted {format_bytes(held + self.peak - self.budget)} over the budget; {what}"), stacklevel=3)
 
     # --- planning ---------------------------------------------------------------------
 
