@@ -638,6 +638,14 @@ def real_tensors() -> Iterator[None]:
         yield
 
 
+def traced_values(args) -> bool:
+    """Whether a compiled graph is called on fake values (traced, not run): DDPOptimizer
+    propagates fake tensors through the buckets it has compiled."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    return any(is_fake(a) for a in args if isinstance(a, torch.Tensor))
+
+
 def register_backend(name: str, compiler_fn) -> None:
     """Make ``torch.compile(backend=name)`` find ``compiler_fn`` once this package is imported.
     The ``torch_dynamo_backends`` entry point does it for an installed fxremat; a checkout on

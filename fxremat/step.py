@@ -40,9 +40,8 @@ import weakref
 from typing import Any, Callable
 
 import torch
-from torch._subclasses.fake_tensor import is_fake
 
-from . import inspect
+from . import _compat, inspect
 from .options import Budget, Options, format_bytes
 from .plans import BudgetError, BudgetWarning, fxremat_error
 from .sizes import tensor_bytes
@@ -80,8 +79,8 @@ class StepGraph:
         self._build(list(example_inputs))
 
     def __call__(self, *args):
-        if any(is_fake(t) for t in args if isinstance(t, torch.Tensor)):
-            return self.compiled(*args)  # traced, not run (DDPOptimizer propagates fake values)
+        if _compat.traced_values(args):
+            return self.compiled(*args)
         if self.stale_in is not None and _steps_ended > self.stale_in:
             self.stale_in = None
             self._build(list(args))
@@ -145,21 +144,22 @@ class StepGraph:
                 graph.reserve(need)
             self.stale_in = _steps_ended
             over = held + need - self.budget
-            warnings.warn(BudgetWarning(
-                f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: the graphs "
-                f"before this one hold {format_bytes(held)} across it and its least-memory plan needs "
-                f"{format_bytes(need)}, so this step is predicted {format_bytes(over)} over the budget; the "
-                f"earlier graphs are planned again within {format_bytes(self.budget - need)} once this step has "
-                f"ended, this one within what they leave"), stacklevel=2)
+            if over > 0:
+                warnings.warn(BudgetWarning(
+                    f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: the "
+                    f"graphs before this one hold {format_bytes(held)} across it and its least-memory plan needs "
+                    f"{format_bytes(need)}, so this step is predicted {format_bytes(over)} over the budget; the "
+                    f"earlier graphs are planned again within {format_bytes(self.budget - need)} once this step has "
+                    f"ended, this one within what they leave"), stacklevel=2)
         plans = inspect.plans_since(first)
         self.saved_bytes = sum(p.saved_activation_bytes for p in plans)
         self.peak = max((p.predicted_peak_bytes for p in plans), default=0)
         self.graph_ids = ", ".join(p.graph_id for p in plans)
-        self.warned = over is not None  # this step's excess is said already
+        self.warned = bool(over and over > 0)  # this step's excess is said already
         for plan in plans:
             plan.notes["step"] = {"budget_bytes": self.budget, "held_by_earlier_graphs_bytes": held,
                                   "reserved_for_later_graphs_bytes": self.reserved,
-                                  "graph_budget_bytes": plan.budget_bytes, **({"over_bytes": over} if over else {})}
+                                  "graph_budget_bytes": plan.budget_bytes, **({"over_bytes": over} if over and over > 0 else {})}
 
     def _cannot_leave(self, refusal: BudgetError, inputs: list) -> BudgetError:
         """The error for a graph whose plans cannot leave a later graph of the step what it
@@ -178,12 +178,8 @@ class StepGraph:
         return error
 
     def _compile_within(self, inputs: list, nbytes: int) -> Callable:
-        if nbytes < 1:
-            raise BudgetError(
-                f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: the graphs "
-                f"before this one hold {format_bytes(held_bytes())} and later ones reserved "
-                f"{format_bytes(self.reserved)}, which leaves nothing for this graph", None)
-        options = dataclasses.replace(self.options, memory_budget=Budget(bytes=nbytes))
+        # Nothing left is asked as 1 byte: its refusal names the graph's floor, where its least starts.
+        options = dataclasses.replace(self.options, memory_budget=Budget(bytes=max(1, nbytes)))
         return self._compile(self.gm, inputs, options)
 
     def _least(self, inputs: list, need: int) -> tuple[Callable, int]:
