@@ -84,12 +84,12 @@ class StepGraph:
         if self.stale_in is not None and _steps_ended > self.stale_in:
             self.stale_in = None
             self._build(list(args))
-        if torch.is_grad_enabled():
-            self._check(held_bytes())
+        if not torch.is_grad_enabled():  # no backward: nothing held across the step, nothing to check
+            return self.compiled(*args)
+        self._check(held_bytes())
         inputs = {t.untyped_storage().data_ptr() for t in args if isinstance(t, torch.Tensor)}
         outputs = self.compiled(*args)
-        if torch.is_grad_enabled():
-            self._enter(outputs, inputs)
+        self._enter(outputs, inputs)
         return outputs
 
     def reserve(self, nbytes: int) -> None:
