@@ -218,8 +218,8 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
                       if n.op == "call_function" and n.name in fwd_names]
     inductor = ctx.options.compiler == "inductor"
     timeline = predict(fwd, bwd, ctx.num_fwd_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor,
-                       hold_outputs=ctx.options.hold_outputs,
-                       workspace=scratch_model(inductor))
+                       hold_outputs=ctx.options.hold_outputs, workspace=scratch_model(inductor),
+                       later_graphs=ctx.options.later_graphs_bytes)
     plan = Plan(
         graph_id=ctx.graph_id,
         solver=solver,

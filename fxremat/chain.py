@@ -382,11 +382,23 @@ def _overhead(ops: list[fx.Node], inputs: set[str]) -> int:
 
 
 def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str],
-                gradients: list[fx.Node] = ()) -> rotor.Chain:
+                gradients: list[fx.Node] = (), later_graphs: tuple[int, int] = (0, 0),
+                incoming: tuple[list[fx.Node], int] = ((), 0)) -> rotor.Chain:
     """The stages' Rotor parameters; ``gradients`` (backward outputs some stage makes:
     ``gradients_in_chain``) made in a stage's ``B^s`` are its ``w_g^s``, held from then to
-    the end of the step."""
+    the end of the step; ``later_graphs`` (``Budget.later_graphs`` and ``later_graphs_kept``)
+    is needed at the turn from forward to backward, and its kept part from then on (the
+    loss stage's ``o_f`` and ``w_g``).
+
+    ``incoming``: the forward's outputs whose gradients the backward is handed, and those
+    gradients' bytes (the tangents). Autograd holds them from the backward's start to its end,
+    so they are the loss stage's kept bytes, and a stage output that is one of those outputs
+    has no ``delta`` of its own to count (Hugging Face GPT-2's logits, whose 1.65 GB gradient
+    was counted twice near the turn, and at the turn while it did not exist yet)."""
+    outputs, tangent_bytes = incoming
+    handed = {storage_of(n) for n in outputs} - {None}
     u_f, u_b, w_a, w_abar, o_f, o_b = [], [], [], [], [], []
+    w_delta = []
     w_g = [0] * len(lin.stages)
     for g in gradients:
         w_g[lin.stage_of[g] - 1] += node_bytes(g)
@@ -405,11 +417,13 @@ def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]
         u_f_last.append(sum(cost.get(n, 0.0) for n in needed_ops(st, read)))
         u_b.append(sum(cost.get(n, 0.0) for n in st.backward))
         w_a.append(storage_bytes(st.boundary, inputs))
+        w_delta.append(storage_bytes([n for n in st.boundary if storage_of(n) not in handed], inputs))
         w_abar.append(storage_bytes(st.boundary + st.saved, inputs))
         o_f.append(_overhead(st.forward, inputs))
         o_b.append(_overhead(st.backward, inputs))
-    return rotor.Chain(u_f=u_f, u_b=u_b, w_a=w_a, w_abar=w_abar, w_a0=0.0, o_f=o_f, o_b=o_b, w_g=w_g,
-                       u_f_last=u_f_last).with_loss()
+    return rotor.Chain(u_f=u_f, u_b=u_b, w_a=w_a, w_abar=w_abar, w_a0=0.0, w_delta=w_delta, o_f=o_f, o_b=o_b,
+                       w_g=w_g, u_f_last=u_f_last).with_loss(turn=later_graphs[0],
+                                                            turn_kept=later_graphs[1] + tangent_bytes)
 
 
 def gradients_in_chain(lin: Linearization, gradients: list[fx.Node]) -> list[fx.Node]:

@@ -2,10 +2,10 @@
 
     graph_floor(joint, input_names, end_bytes, inlines=True) -> Floor
 
-Two things every plan must hold at some moment of the step:
+Three things every plan must hold at some moment of the step:
 
 - what it keeps to the end (``end_bytes`` of any plan's timeline: the parameter gradients
-  and the outputs the caller holds); and
+  and the outputs the caller holds);
 - the largest single operation's working set: an op runs with its operands and its
   result in memory at once, and a backward op besides with the parameter gradients made
   before it and the outputs the caller holds (every plan runs the backward's ops in the
@@ -13,9 +13,11 @@ Two things every plan must hold at some moment of the step:
   write their result to memory count: under Inductor (``inlines=True``) a pointwise op or
   a reduction may be fused into its reader and never be materialized, so only library
   kernels (matmuls, convolutions, attention, embedding lookups) count there; with
-  ``compiler="eager"`` every op does.
+  ``compiler="eager"`` every op does; and
+- under the step's budget (``fxremat.step``), what the step's later graphs need between
+  this graph's forward and its backward, beside the forward's outputs they read.
 
-The floor is the larger of the two, a lower bound of every plan's predicted peak: a
+The floor is the largest of the three, a lower bound of every plan's predicted peak: a
 least-memory plan is as close to the limit as its peak is to the floor. The step's
 inputs (parameters, buffers, the batch) are not counted, as in the budget.
 """
@@ -40,11 +42,15 @@ class Floor:
     largest_op: str | None
     op_bytes: int
     in_backward: bool = False  # the largest op is a backward op (gradients made before it count)
+    later_graphs_bytes: int = 0  # the step's later graphs' need with the outputs they read (0: none)
 
     def describe(self) -> str:
         """Which of the two bounds the floor is, in words."""
         from .options import format_bytes
 
+        if self.later_graphs_bytes and self.later_graphs_bytes >= max(self.op_bytes, self.end_bytes):
+            return (f"the step's later graphs need {format_bytes(self.later_graphs_bytes)} between this graph's "
+                    f"forward and backward, with the outputs of this graph they read")
         if self.largest_op is not None and self.op_bytes > self.end_bytes:
             held = " with the parameter gradients made before it" if self.in_backward else ""
             return (f"the largest single operation ({self.largest_op}) needs {format_bytes(self.op_bytes)} for its "
@@ -63,7 +69,8 @@ def _materializes(node: fx.Node, inlines: bool) -> bool:
 
 
 def graph_floor(joint: fx.GraphModule, input_names: set[str], end_bytes: int, *, forward: set[fx.Node] = frozenset(),
-                gradients: list[fx.Node] = (), held: list[fx.Node] = (), inlines: bool = True) -> Floor:
+                gradients: list[fx.Node] = (), held: list[fx.Node] = (), inlines: bool = True,
+                outputs: list[fx.Node] = (), later_graphs: tuple[int, int] = (0, 0)) -> Floor:
     """The floor of the joint graph ``joint`` (module docstring).
 
     Parameters
@@ -83,6 +90,11 @@ def graph_floor(joint: fx.GraphModule, input_names: set[str], end_bytes: int, *,
         The forward's outputs the caller holds through the backward.
     inlines : bool
         Whether the compiler fuses pointwise ops into their readers (Inductor).
+    outputs : list of fx.Node
+        The forward's outputs, which the step's later graphs read.
+    later_graphs : (int, int)
+        What the step's later graphs need between the forward and the backward, and what
+        of it they keep through the backward (``Budget.later_graphs``, ``later_graphs_kept``).
 
     Returns
     -------
@@ -110,7 +122,7 @@ def graph_floor(joint: fx.GraphModule, input_names: set[str], end_bytes: int, *,
     # What a backward op runs beside: the held outputs and the gradients made so far, by
     # storage, kept with their total as the walk goes (not summed again at every op).
     alive = storages([h for h in held if isinstance(h, fx.Node)], input_names)
-    alive_bytes = sum(map(node_bytes, alive.values()))
+    alive_bytes = sum(map(node_bytes, alive.values())) + later_graphs[1]
     largest, largest_bytes = None, 0
     for node in joint.graph.nodes:
         if _materializes(node, inlines):
@@ -126,8 +138,12 @@ def graph_floor(joint: fx.GraphModule, input_names: set[str], end_bytes: int, *,
                 if name not in alive:
                     alive[name] = b
                     alive_bytes += node_bytes(b)
-    return Floor(max(end_bytes, largest_bytes), end_bytes, None if largest is None else _where(largest), largest_bytes,
-                 in_backward=largest is not None and largest not in forward)
+    between = 0
+    if later_graphs[0]:
+        between = later_graphs[0] + sum(map(node_bytes, storages([o for o in outputs if isinstance(o, fx.Node)],
+                                                              input_names).values()))
+    return Floor(max(end_bytes, largest_bytes, between), end_bytes, None if largest is None else _where(largest),
+                 largest_bytes, in_backward=largest is not None and largest not in forward, later_graphs_bytes=between)
 
 
 def _where(node: fx.Node) -> str:

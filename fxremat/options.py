@@ -81,6 +81,13 @@ class Budget:
 
     bytes: int | None = None
     fraction: float | None = None
+    # Bytes the step's later graphs need while this graph is held, between its forward and
+    # its backward, and of those what they keep to the step's end (their parameter
+    # gradients), alive through this graph's backward. Set by ``fxremat.step`` for a byte
+    # budget, never by the user: the plan counts them there, beside its saved activations
+    # and its outputs.
+    later_graphs: int = 0
+    later_graphs_kept: int = 0
 
     def between(self, least_bytes: int, unconstrained_bytes: int) -> int:
         """The fraction's budget in bytes, given the least-memory plan's predicted peak and
@@ -93,7 +100,9 @@ class Budget:
     def describe(self, budget_bytes: int | None = None) -> str:
         """The budget as the user gave it, with ``budget_bytes`` (what it resolved to) beside it."""
         if self.bytes is not None:
-            return f"{self.bytes} bytes ({format_bytes(self.bytes)})"
+            later = (f", {format_bytes(self.later_graphs)} of it left to the step's later graphs between this "
+                     f"graph's forward and backward" if self.later_graphs else "")
+            return f"{self.bytes} bytes ({format_bytes(self.bytes)}{later})"
         if budget_bytes is None:
             return f"{self.fraction:g} (of the way from the least-memory plan to the unconstrained one)"
         return f"{self.fraction:g} ({format_bytes(budget_bytes)} for this graph)"
@@ -207,6 +216,13 @@ class Options:
             cost_model=cost_model,
             hold_outputs=hold_outputs,
         )
+
+    @property
+    def later_graphs_bytes(self) -> tuple[int, int]:
+        """What the step's later graphs need between this graph's forward and backward, and
+        what they keep from then to the step's end (``Budget.later_graphs``, ``later_graphs_kept``)."""
+        budget = self.memory_budget
+        return (budget.later_graphs, budget.later_graphs_kept) if budget is not None else (0, 0)
 
     def cache_key(self) -> str:
         """Every field, canonically: any option that can change a plan or its output files."""

@@ -99,7 +99,8 @@ def _plan(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.GraphModu
     floor = graph_floor(ctx.joint, ctx.input_names, mincut_plan.plan.timeline.end_bytes, forward=classes.forward,
                         gradients=classes.bwd_outputs,
                         held=classes.fwd_outputs[:ctx.num_fwd_outputs] if options.hold_outputs else [],
-                        inlines=options.compiler == "inductor")
+                        inlines=options.compiler == "inductor", outputs=classes.fwd_outputs[:ctx.num_fwd_outputs],
+                        later_graphs=options.later_graphs_bytes)
     solver = SOLVERS[options.solver]
     asked = options.memory_budget
     least = None  # a fraction's least-memory plan

@@ -122,7 +122,7 @@ def below_minimum(options: Options, graph_id: str, budget: int, least_bytes: int
     return BudgetError(
         f"fxremat: {f'memory_budget={asked.describe(budget)}' if asked else f'a budget of {format_bytes(budget)}'}"
         f" is below {below} for graph {graph_id}: {least_plan} predicts {format_bytes(least_bytes)}. "
-        f"Allowed: a budget of at least {least_bytes} bytes (a byte budget applies to each compiled graph; "
+        f"Allowed: a budget of at least {least_bytes} bytes (this graph alone needs that much of a byte budget; "
         f"a fraction such as 0.0, the least-memory plan, is feasible on every graph){alternative}.",
         least_bytes, least_candidate)
 

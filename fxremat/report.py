@@ -36,7 +36,8 @@ REPORT_FILE = "report.html"
 SNAPSHOT_FILE = "memory_snapshot.pickle"
 # Colours of the timeline's kinds (timeline.KINDS), matplotlib's tab10 palette.
 _COLOURS = {"saved activations": "tab:blue", "temporaries": "tab:orange", "library workspace": "tab:brown",
-            "incoming gradients": "tab:purple", "gradients": "tab:green", "outputs": "tab:gray"}
+            "incoming gradients": "tab:purple", "gradients": "tab:green", "outputs": "tab:gray",
+            "later graphs": "tab:pink"}
 _REQUIRED = ("graph_id", "solver", "saved", "recomputed", "budget_bytes", "predicted_peak_bytes", "timeline", "notes")
 
 

@@ -11,13 +11,16 @@ graph is planned within the budget less what the graphs before it hold (issue #2
   storages, less the inputs'). Its backward having run, or its autograd graph being freed
   without one, takes the entry out.
 - **Planning**: a graph is planned when its forward first runs, so the ledger then holds exactly
-  the graphs running beside it; its budget is ``budget - held - reserved``.
+  the graphs running beside it; its budget is ``budget - held``, and what the step's later
+  graphs need (``reserved``) is a step of its timeline between its forward and its backward
+  (``Budget.later_graphs``), where they run while it holds its saved activations and outputs.
 - **Later graphs.** The first graph of a step cannot know what comes after it. A graph whose
   least-memory plan needs more than the budget leaves it (``N``) runs at that least plan for
   this one step, with a ``BudgetWarning`` that says by how much the step is over, and reserves
   ``N`` from every graph held across it: once the step has ended (the ledger is empty), each is
-  planned again (a recompile, with the inputs of its next call) within ``budget - held - N``,
-  and so is the later graph, within what they then leave. From the next step on the step meets
+  planned again (a recompile, with the inputs of its next call) within ``budget - held`` with
+  ``N`` needed between its forward and its backward, and so is the later graph, within what
+  they then leave. From the next step on the step meets
   the budget, or, where no plan of the earlier graphs leaves ``N``, their replanning raises
   ``BudgetError`` naming a budget that works.
 - A graph planned before the graphs held beside it ran (DDPOptimizer compiles all its buckets
@@ -73,9 +76,12 @@ class StepGraph:
                  compile: Callable[[torch.fx.GraphModule, list, Options], Callable]):
         self.gm, self.options, self._compile = gm, options, compile
         self.budget = options.memory_budget.bytes
-        self.reserved = 0  # bytes later graphs of the step asked this one to leave them
+        # What later graphs of the step asked this one to leave them between its forward and
+        # backward, and what of it they keep to the step's end (Budget.later_graphs, _kept).
+        self.reserved = (0, 0)
         self.stale_in: int | None = None  # plan again once the step numbered so has ended
         self.saved_bytes = self.peak = 0
+        self.output_grad_bytes = 0  # the gradients of its outputs: its backward's incoming gradients
         self._build(list(example_inputs))
 
     def __call__(self, *args):
@@ -92,10 +98,16 @@ class StepGraph:
         self._enter(outputs, inputs)
         return outputs
 
-    def reserve(self, nbytes: int) -> None:
-        """A later graph needs ``nbytes`` while this one is held: leave it, from the next step."""
-        if nbytes > self.reserved:
-            self.reserved = nbytes
+    def reserve(self, nbytes: int, kept: int) -> None:
+        """A later graph needs ``nbytes`` while this one is held, and keeps ``kept`` of them
+        to the step's end: leave it that, from the next step."""
+        # What the later graph keeps includes the gradients of this graph's outputs (Hugging
+        # Face GPT-2's loss graph: the logits' gradient), which this graph's plan counts
+        # already as its incoming gradients, through its backward: counted once.
+        kept = max(kept - self.output_grad_bytes, 0)
+        wanted = (max(nbytes, self.reserved[0]), max(kept, self.reserved[1]))
+        if wanted != self.reserved:
+            self.reserved = wanted
             self.stale_in = _steps_ended
 
     def _check(self, held: int) -> None:
@@ -125,7 +137,7 @@ class StepGraph:
 
     def _build(self, inputs: list) -> None:
         held = held_bytes()
-        given = self.budget - held - self.reserved
+        given = self.budget - held
         first = inspect.plan_count()
         try:
             self.compiled = self._compile_within(inputs, given)
@@ -133,24 +145,25 @@ class StepGraph:
         except Exception as error:  # noqa: BLE001 - a BudgetError of fxremat's, wrapped or not
             refusal = fxremat_error(error)
             if not isinstance(refusal, BudgetError) or held == 0 or refusal.least_bytes is None:
-                if isinstance(refusal, BudgetError) and self.reserved and refusal.least_bytes is not None:
+                if isinstance(refusal, BudgetError) and any(self.reserved) and refusal.least_bytes is not None:
                     raise self._cannot_leave(refusal, inputs) from None
                 raise
             # A later graph of the step: it takes its least plan now, and the graphs held
             # across it leave it that from the next step.
             first = inspect.plan_count()
             self.compiled, need = self._least(inputs, refusal.least_bytes)
+            kept = max((p.timeline.end_bytes or 0 for p in inspect.plans_since(first)), default=0)
             for graph, _ in list(_HELD.values()):
-                graph.reserve(need)
+                graph.reserve(need, kept)
             self.stale_in = _steps_ended
             over = held + need - self.budget
             if over > 0:
                 warnings.warn(BudgetWarning(
                     f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: the "
                     f"graphs before this one hold {format_bytes(held)} across it and its least-memory plan needs "
-                    f"{format_bytes(need)}, so this step is predicted {format_bytes(over)} over the budget; the "
-                    f"earlier graphs are planned again within {format_bytes(self.budget - need)} once this step has "
-                    f"ended, this one within what they leave"), stacklevel=2)
+                    f"{format_bytes(need)}, so this step is predicted {format_bytes(over)} over the budget; once "
+                    f"this step has ended the earlier graphs are planned again with {format_bytes(need)} left to it "
+                    f"between their forward and backward, and this one within what they then hold"), stacklevel=2)
         plans = inspect.plans_since(first)
         self.saved_bytes = sum(p.saved_activation_bytes for p in plans)
         self.peak = max((p.predicted_peak_bytes for p in plans), default=0)
@@ -158,28 +171,29 @@ class StepGraph:
         self.warned = bool(over and over > 0)  # this step's excess is said already
         for plan in plans:
             plan.notes["step"] = {"budget_bytes": self.budget, "held_by_earlier_graphs_bytes": held,
-                                  "reserved_for_later_graphs_bytes": self.reserved,
+                                  "reserved_for_later_graphs_bytes": self.reserved[0],
+                                  "kept_by_later_graphs_bytes": self.reserved[1],
                                   "graph_budget_bytes": plan.budget_bytes, **({"over_bytes": over} if over and over > 0 else {})}
 
     def _cannot_leave(self, refusal: BudgetError, inputs: list) -> BudgetError:
         """The error for a graph whose plans cannot leave a later graph of the step what it
-        reserved: then no plan of the step meets the budget. A budget of the graph's least
-        plus the reservation would (this graph within its least, the later one within the rest);
-        the refusal may name the graph's floor, so its least is found first."""
-        _, own = self._least(inputs, refusal.least_bytes)  # a compile that will not run
-        least = own + self.reserved
+        reserved: then no plan of the step meets the budget. The least budget of this graph
+        with the reservation counted between its forward and backward would (the later graph
+        runs within what this one then holds); the refusal may name the graph's floor, so
+        its least is found first."""
+        _, least = self._least(inputs, refusal.least_bytes)  # a compile that will not run
         error = BudgetError(
             f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: a later graph "
-            f"of the step needs {format_bytes(self.reserved)} while this graph is held, and this graph's "
-            f"least-memory plan needs {format_bytes(own)}, more than the "
-            f"{format_bytes(self.budget - self.reserved)} left. Allowed: a budget of at least {least} bytes "
-            f"({format_bytes(least)}) for the step.", least)
+            f"of the step needs {format_bytes(self.reserved[0])} while this graph is held, and this graph's "
+            f"least-memory plan with that counted between its forward and backward needs {format_bytes(least)}. "
+            f"Allowed: a budget of at least {least} bytes ({format_bytes(least)}) for the step.", least)
         error.floor_bytes = refusal.floor_bytes
         return error
 
     def _compile_within(self, inputs: list, nbytes: int) -> Callable:
         # Nothing left is asked as 1 byte: its refusal names the graph's floor, where its least starts.
-        options = dataclasses.replace(self.options, memory_budget=Budget(bytes=max(1, nbytes)))
+        budget = Budget(bytes=max(1, nbytes), later_graphs=self.reserved[0], later_graphs_kept=self.reserved[1])
+        options = dataclasses.replace(self.options, memory_budget=budget)
         return self._compile(self.gm, inputs, options)
 
     def _least(self, inputs: list, need: int) -> tuple[Callable, int]:
@@ -208,6 +222,7 @@ class StepGraph:
             ptr = t.untyped_storage().data_ptr()
             if ptr not in inputs:
                 storages[ptr] = tensor_bytes(t)
+        self.output_grad_bytes = sum(tensor_bytes(t) for t in tensors if t.requires_grad)
         entry = next(_ENTRIES)
         _HELD[entry] = (self, self.saved_bytes + sum(storages.values()))
         node.register_hook(lambda grad_inputs, grad_outputs: _leave(entry))

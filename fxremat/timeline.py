@@ -480,14 +480,20 @@ def relaid_inputs(fwd: fx.GraphModule) -> set[str]:
 
 def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
             relaid: set[str] = frozenset(), fusion: bool = False, hold_outputs: bool = True,
-            workspace: Callable[[fx.Node], int] | None = None, symbolic: bool = False) -> Timeline:
+            workspace: Callable[[fx.Node], int] | None = None, symbolic: bool = False,
+            later_graphs: tuple[int, int] = (0, 0)) -> Timeline:
     """``relaid``: forward inputs the compiler copies to another layout (``relaid_inputs``);
     ``fusion``: model Inductor's fusion (values it never writes to memory); ``hold_outputs``:
     the caller keeps the forward's user outputs to the end of the step, else they are
     released when the forward returns (unless the backward reads them: saved);
     ``workspace(node)``: a library kernel's scratch bytes, alive while it runs
     (``workspace.library_workspace_bytes`` for op-by-op execution); ``symbolic``: live bytes as
-    sympy expressions in the size symbols (the timeline then has no peak: ``peak_expressions``)."""
+    sympy expressions in the size symbols (the timeline then has no peak: ``peak_expressions``);
+    ``later_graphs``: the bytes the step's later graphs need between this graph's forward and
+    its backward, and the part of them they keep to the step's end (``Budget.later_graphs``,
+    ``later_graphs_kept``): a step of their own there, while the forward's outputs (which
+    those graphs read) and its saved activations are alive; what they keep stays through
+    this graph's backward."""
     # Channels-last convolutions (Inductor's layout optimization), even where no input needs a copy.
     channels_last = bool(relaid) or (fusion and any(fwd.graph.find_nodes(op="call_function", target=_CONVOLUTIONS[0]))
                                      and _compat.inductor_relayouts_convolutions(fwd))
@@ -520,11 +526,27 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
         # GPT-2 with the loss after a graph break: the logits, 1 MiB, were counted through
         # the whole backward beside their own gradient, 10% over the measured peak).
         fwd_steps.append(Step("return", reads=sorted(user_outputs), phase="forward"))
+    need, kept = later_graphs
+    if need or kept:
+        # Their peak with what they keep counted once: the kept part is a storage of its own.
+        allocates = {LATER_GRAPHS_STORAGE: max(need - kept, 0), LATER_GRAPHS_KEPT: kept}
+        fwd_steps.append(Step(LATER_GRAPHS, allocates={s: n for s, n in allocates.items() if n},
+                              reads=sorted(user_outputs), phase="between"))
+        keep = keep | {LATER_GRAPHS_KEPT}
     return simulate(fwd_steps + bwd_steps, keep=keep)
 
 
+# The step between a graph's forward and its backward where the step's later graphs run
+# (``predict``'s ``later_graphs``), and the storages that stand for what they need: for a
+# moment, and to the step's end.
+LATER_GRAPHS = "the step's later graphs"
+LATER_GRAPHS_STORAGE = "between:later graphs"
+LATER_GRAPHS_KEPT = "between:later graphs' gradients"
+
+
 # The kinds a predicted timeline's bytes are stacked by in reports (``live_by_kind``).
-KINDS = ("saved activations", "temporaries", "library workspace", "incoming gradients", "gradients", "outputs")
+KINDS = ("saved activations", "temporaries", "library workspace", "incoming gradients", "gradients", "outputs",
+         "later graphs")
 
 
 def storage_kind(timeline: Timeline) -> Callable[[str], str]:
@@ -544,6 +566,8 @@ def storage_kind(timeline: Timeline) -> Callable[[str], str]:
         phase, _, rest = storage.partition(":")
         if storage.endswith(":workspace"):
             return "library workspace"
+        if storage in (LATER_GRAPHS_STORAGE, LATER_GRAPHS_KEPT):
+            return "later graphs"
         if storage in timeline.kept:
             return "gradients" if phase == "backward" else "outputs"
         if phase == "backward" and rest.startswith("tangents"):

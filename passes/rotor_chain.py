@@ -26,6 +26,8 @@ Example
 >>> chain = Chain(u_f=[1, 2], u_b=[3, 4], w_a=[10, 20], w_abar=[15, 25], w_a0=5)
 >>> chain.length, chain.w_delta, chain.with_loss().length
 (2, (10.0, 20.0), 3)
+>>> chain.with_loss(turn=7).o_f   # 7 bytes needed between the forward and the backward
+(0.0, 0.0, 7.0)
 >>> ops = parse_sequence("F_ck^1 F_none^2 B^2")
 >>> ops[1], format_sequence(ops)
 (Op(kind='F_none', stage=2), 'F_ck^1 F_∅^2 B^2')
@@ -301,16 +303,27 @@ class Chain:
         """``L``, the number of stages."""
         return len(self.u_f)
 
-    def with_loss(self) -> Chain:
+    def with_loss(self, turn: float = 0.0, turn_kept: float = 0.0) -> Chain:
         """The chain with a final stage of zero cost and size: the loss, as in the paper's Table 2.
 
         The backward then starts from an empty gradient instead of holding ``delta^L`` all
         along.
 
+        Parameters
+        ----------
+        turn : float, optional
+            Bytes needed once at the turn from forward to backward, beside all that the
+            forward leaves in memory: the loss stage's forward overhead ``o_f``. fxremat's
+            extension: the step's later graphs run there while this graph is held.
+        turn_kept : float, optional
+            Of ``turn``, the bytes that stay to the end of the step (the later graphs'
+            parameter gradients): the loss stage's ``w_g``.
+
         Returns
         -------
         Chain
-            ``L + 1`` stages, or the chain itself when ``delta^L`` is already empty.
+            ``L + 1`` stages, or the chain itself when ``delta^L`` is already empty and
+            ``turn`` is 0.
 
         Raises
         ------
@@ -320,12 +333,12 @@ class Chain:
         ----------
         ``O(L)``.
         """
-        if self.w_delta[-1] == 0:
+        if self.w_delta[-1] == 0 and not turn and not turn_kept:
             return self
         return Chain(u_f=self.u_f + (0.0,), u_b=self.u_b + (0.0,), w_a=self.w_a + (0.0,),
                      w_abar=self.w_abar + (0.0,), w_a0=self.w_a0, w_delta=self.w_delta + (0.0,),
-                     w_delta0=self.w_delta0, o_f=self.o_f + (0.0,), o_b=self.o_b + (0.0,),
-                     w_g=self.w_g + (0.0,), u_f_last=self.u_f_last + (0.0,))
+                     w_delta0=self.w_delta0, o_f=self.o_f + (float(turn),), o_b=self.o_b + (0.0,),
+                     w_g=self.w_g + (float(turn_kept),), u_f_last=self.u_f_last + (0.0,))
 
 
 @dataclasses.dataclass

@@ -224,8 +224,8 @@ def _rotor_builds(monkeypatch, make, kwargs, budget=0.5, **options):
     chains, builds = {}, []
     orig_chain, orig_reads = chain.rotor_chain, emit.backward_reads
 
-    def rotor_chain(lin, cost, inputs, gradients=()):
-        chains[id(lin)] = (orig_chain(lin, cost, inputs, gradients), cost)
+    def rotor_chain(lin, cost, inputs, gradients=(), **kwargs):
+        chains[id(lin)] = (orig_chain(lin, cost, inputs, gradients, **kwargs), cost)
         return chains[id(lin)][0]
 
     def backward_reads(joint, lin, sequence, gradients, impure=None):

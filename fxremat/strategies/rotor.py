@@ -4,10 +4,12 @@ Algorithm 1: exact, O(L^4 S), fewer stages)."""
 
 from __future__ import annotations
 
-from .. import chain
+import torch.fx as fx
+
+from .. import _compat, chain
 from ..candidate import Candidate
 from ..passes import rotor as rotor_dp
-from ..sizes import node_bytes
+from ..sizes import is_tensor_node, node_bytes, storage_bytes, storage_of
 from .staged import Schedule, StagedProblem, search_model_budget
 
 
@@ -15,8 +17,23 @@ def search(problem: StagedProblem) -> Candidate:
     lin, ctx = problem.lin, problem.ctx
     # The chain counts the gradients its stages make from when they are made.
     in_chain = chain.gradients_in_chain(lin, problem.gradients)
-    rchain = chain.rotor_chain(lin, problem.cost, ctx.input_names, in_chain)
     problem.outside -= sum(node_bytes(g) for g in in_chain)
+    # and the incoming gradients from the backward's start (the loss stage's B), and, when
+    # the caller does not hold the outputs, those outputs until the turn: counted throughout
+    # (``outside``), GPT-2's logits and their gradient (1.65 GB each at batch 8) stood at the
+    # turn beside the later graphs' need, and the DP's least plan moved every recomputation
+    # after it (its backward then predicted 4.39 GB where the DP saw room).
+    outputs = [n for n in ctx.classes.fwd_outputs[:ctx.num_fwd_outputs] if isinstance(n, fx.Node)]
+    tangent_bytes = sum(node_bytes(n) for n in ctx.joint.graph.nodes if _compat.is_tangent(n))
+    problem.outside -= tangent_bytes
+    need, kept = ctx.options.later_graphs_bytes
+    if not ctx.options.hold_outputs:
+        in_stages = {storage_of(n) for st in lin.stages for n in st.boundary + st.saved}
+        problem.outside -= storage_bytes(outputs, ctx.input_names)
+        need += storage_bytes([n for n in outputs if storage_of(n) not in in_stages], ctx.input_names)
+    handed = [n for n in outputs if is_tensor_node(n) and n.meta["val"].dtype.is_floating_point]
+    rchain = chain.rotor_chain(lin, problem.cost, ctx.input_names, in_chain, later_graphs=(need, kept),
+                                incoming=(handed, tangent_bytes))
     persistent = problem.solver.name == "rotor"
 
     def solve_at(model_budget: float) -> Schedule | None:
