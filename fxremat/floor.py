@@ -45,7 +45,7 @@ class Floor:
     later_graphs_bytes: int = 0  # the step's later graphs' need with the outputs they read (0: none)
 
     def describe(self) -> str:
-        """Which of the two bounds the floor is, in words."""
+        """Which of the three bounds the floor is, in words."""
         from .options import format_bytes
 
         if self.later_graphs_bytes and self.later_graphs_bytes >= max(self.op_bytes, self.end_bytes):
