@@ -282,3 +282,44 @@ def test_last_forward_of_a_segment_costs_what_the_emitted_backward_runs(monkeypa
                 checked += 1
                 skipped += rchain.u_f[op.stage - 1] - rchain.u_f_last[op.stage - 1]
     assert checked > 0 and skipped > 0
+
+
+def test_the_chain_holds_the_incoming_gradient_from_the_backwards_start(monkeypatch):
+    """A graph whose output is large (logits handed to a loss outside it, as Hugging Face
+    GPT-2's model graph): autograd holds the output's gradient from the backward's start to
+    its end, so Rotor's loss stage keeps it (``w_g``); an output the caller does not hold is
+    alive until the forward returns, counted at the turn (the loss stage's ``o_f``), and one
+    it holds is counted throughout, outside the chain. Counted throughout, beside a later
+    graph's need at the turn, they moved the least plan's recomputation after the turn."""
+    import torch.nn as nn
+
+    from fxremat import chain
+
+    chains = []
+    orig = chain.rotor_chain
+
+    def rotor_chain(*args, **kwargs):
+        chains.append(orig(*args, **kwargs))
+        return chains[-1]
+
+    monkeypatch.setattr(chain, "rotor_chain", rotor_chain)
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Linear(32, 128), nn.GELU(), nn.Linear(128, 32)) for _ in range(4)]
+    model = nn.Sequential(*blocks, nn.Linear(32, 512)).double()
+    x = torch.randn(64, 32, dtype=torch.double)
+    reference = copy.deepcopy(model)
+    reference(x).logsumexp(-1).sum().backward()
+    logits_bytes = 64 * 512 * 8
+    for hold_outputs in (False, True):
+        chains.clear()
+        model.zero_grad(set_to_none=True)
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend="fxremat", options={
+            "compiler": "eager", "memory_budget": 0.0, "solver": "rotor", "hold_outputs": hold_outputs})
+        compiled(x).logsumexp(-1).sum().backward()  # the loss outside the graph
+        assert chains
+        for c in chains:
+            assert c.w_g[-1] == logits_bytes  # the incoming gradient, from the backward's start
+            assert c.o_f[-1] == (0 if hold_outputs else logits_bytes)
+        for p, q in zip(model.parameters(), reference.parameters()):
+            assert torch.allclose(p.grad, q.grad, rtol=1e-12, atol=1e-15)
