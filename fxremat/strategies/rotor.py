@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import torch.fx as fx
 
-from .. import _compat, chain
+from .. import chain
 from ..candidate import Candidate
 from ..passes import rotor as rotor_dp
 from ..sizes import is_tensor_node, node_bytes, storage_bytes, storage_of
-from .staged import Schedule, StagedProblem, search_model_budget
+from .staged import Schedule, StagedProblem, search_model_budget, tangent_bytes
 
 
 def search(problem: StagedProblem) -> Candidate:
@@ -24,8 +24,8 @@ def search(problem: StagedProblem) -> Candidate:
     # turn beside the later graphs' need, and the DP's least plan moved every recomputation
     # after it (its backward then predicted 4.39 GB where the DP saw room).
     outputs = [n for n in ctx.classes.fwd_outputs[:ctx.num_fwd_outputs] if isinstance(n, fx.Node)]
-    tangent_bytes = sum(node_bytes(n) for n in ctx.joint.graph.nodes if _compat.is_tangent(n))
-    problem.outside -= tangent_bytes
+    tangents = tangent_bytes(ctx)
+    problem.outside -= tangents
     need, kept = ctx.options.later_graphs_bytes
     if not ctx.options.hold_outputs:
         in_stages = {storage_of(n) for st in lin.stages for n in st.boundary + st.saved}
@@ -33,7 +33,7 @@ def search(problem: StagedProblem) -> Candidate:
         need += storage_bytes([n for n in outputs if storage_of(n) not in in_stages], ctx.input_names)
     handed = [n for n in outputs if is_tensor_node(n) and n.meta["val"].dtype.is_floating_point]
     rchain = chain.rotor_chain(lin, problem.cost, ctx.input_names, in_chain, later_graphs=(need, kept),
-                                incoming=(handed, tangent_bytes))
+                                incoming=(handed, tangents))
     persistent = problem.solver.name == "rotor"
 
     def solve_at(model_budget: float) -> Schedule | None:

@@ -233,7 +233,7 @@ def plan_around(saved_set: SavedSet, budget: int, solver, max_stages: int | None
     gradients = [n for n in classes.bwd_outputs if isinstance(n, fx.Node)]
     outside = (storage_bytes([n for n in classes.fwd_outputs if isinstance(n, fx.Node)], ctx.input_names)
                + sum(node_bytes(n) for n in gradients)
-               + sum(node_bytes(n) for n in ctx.joint.graph.nodes if _compat.is_tangent(n))
+               + tangent_bytes(ctx)
                + storage_bytes(lin.pinned, ctx.input_names))
     syms = [n for n in saved_set.saved if _compat.is_sym_node(n)]
     notes: dict[str, Any] = {"stages": len(lin.stages), "pinned_bytes": storage_bytes(lin.pinned, ctx.input_names),
@@ -242,6 +242,11 @@ def plan_around(saved_set: SavedSet, budget: int, solver, max_stages: int | None
                                   tuple(n.name for n in saved_set.saved), len(lin.stages)), {})
     problem = StagedProblem(ctx, lin, cost, gradients, outside, syms, notes, budget, solver, scored=shared)
     return solver.strategy().search(problem)
+
+
+def tangent_bytes(ctx: Context) -> int:
+    """The incoming gradients' bytes (the joint graph's tangents), which the backward is handed."""
+    return sum(node_bytes(n) for n in ctx.joint.graph.nodes if _compat.is_tangent(n))
 
 
 def search_model_budget(problem: StagedProblem, solve_at: Callable[[float], Schedule | None], least_model: float,
