@@ -7,7 +7,9 @@ Each rank's gradients equal single-process eager PyTorch's on the two ranks' bat
 wrappers average them), and both ranks make the same plans. Every run has a timeout and fails
 clearly; nothing hangs."""
 
+import faulthandler
 import os
+import signal
 import socket
 import tempfile
 
@@ -121,19 +123,41 @@ def _run(order, optimize_ddp, budget, cost_model="roofline", steps=1):
 
 def _spawn(worker, args, what: str) -> list:
     """``worker(rank, 2, port, folder, *args)`` on 2 ranks, each saving ``folder/rank<r>.pt``:
-    what they saved; a run past ``TIMEOUT_S`` is killed and fails the test."""
+    what they saved; a run past ``TIMEOUT_S`` is killed and fails the test with each rank's
+    Python stacks at that moment (where it waits)."""
     import time
 
     folder = tempfile.mkdtemp(prefix="fxremat-ranks-")
-    context = mp.start_processes(worker, args=(2, _free_port(), folder, *args), nprocs=2, join=False,
+    context = mp.start_processes(_with_stacks, args=(2, _free_port(), folder, worker, *args), nprocs=2, join=False,
                                  start_method="spawn")
     deadline = time.monotonic() + TIMEOUT_S
     while not context.join(timeout=5):
         if time.monotonic() > deadline:
             for process in context.processes:
+                os.kill(process.pid, signal.SIGUSR1)
+            time.sleep(3)
+            for process in context.processes:
                 process.kill()
-            pytest.fail(f"{what} did not finish in {TIMEOUT_S} s")
+            stacks = "\n".join(f"--- rank {r} ---\n" + _read(os.path.join(folder, f"rank{r}.stacks"))
+                                for r in range(2))
+            pytest.fail(f"{what} did not finish in {TIMEOUT_S} s; the ranks' stacks then:\n{stacks}")
     return [torch.load(os.path.join(folder, f"rank{r}.pt")) for r in range(2)]
+
+
+def _with_stacks(rank, world, port, folder, worker, *args):
+    """``worker(rank, world, port, folder, *args)``, with every thread's Python stack written
+    to ``folder/rank<r>.stacks`` on SIGUSR1 (``_spawn`` asks before it kills a late rank)."""
+    stacks = open(os.path.join(folder, f"rank{rank}.stacks"), "w")  # noqa: SIM115 (open while the rank lives)
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    worker(rank, world, port, folder, *args)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()[-6000:] or "(empty)"
+    except OSError as error:
+        return f"({error})"
 
 
 def _eager_grads():
