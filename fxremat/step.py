@@ -26,9 +26,15 @@ graph is planned within the budget less what the graphs before it hold (issue #2
 - A graph planned before the graphs held beside it ran (DDPOptimizer compiles all its buckets
   at once) finds at its call that the step is predicted over: it is planned again, within what
   they leave, once the step has ended (a ``BudgetWarning`` says so).
-- A graph called more than once in a step finds its own earlier calls held; its plan, made at
-  its first call, does not count them yet (a ``BudgetWarning`` says when the step is predicted
-  over).
+- **A graph called more than once in a step** (one compiled block run for every block, as
+  with FSDP2's per-block compiles) finds its own earlier calls held: ``k`` calls hold ``k - 1``
+  times what one call holds (saved activations and outputs) while the last one runs. Its calls
+  are counted; once a step has called it more often than its plan counted, it is planned again,
+  after that step, for ``k`` calls: within ``budget - held - (k - 1) * h``, where ``h`` is what
+  one call of the plan holds (found by iterating from the plan before: a plan that holds no more
+  than the ``h`` it was given fits), or at its least-memory plan if that fits; otherwise
+  ``BudgetError`` names the least budget its ``k`` calls need. Until then a ``BudgetWarning``
+  says by how much the step is predicted over.
 
 Graphs with symbolic sizes (dynamic shapes) keep the per-graph budget: a replan compiles for
 the sizes of one call. Fractions keep their per-graph meaning.
@@ -82,6 +88,11 @@ class StepGraph:
         self.stale_in: int | None = None  # plan again once the step numbered so has ended
         self.saved_bytes = self.peak = 0
         self.output_grad_bytes = 0  # the gradients of its outputs: its backward's incoming gradients
+        self.output_bytes = 0  # its outputs' storages (not its inputs'), held across the step
+        self.parameter_grad_bytes = 0  # the gradients of the parameters it is called with, kept to the end
+        # Calls per step: the plan counts ``repeats`` calls; ``calls`` were made in step ``calls_in``.
+        self.repeats, self.most_calls, self.calls, self.calls_in = 1, 1, 0, None
+        self.plans_from = 0  # inspect.plan_count() before the compile whose plans are this graph's
         self._build(list(example_inputs))
 
     def __call__(self, *args):
@@ -92,6 +103,9 @@ class StepGraph:
             self._build(list(args))
         if not torch.is_grad_enabled():  # no backward: nothing held across the step, nothing to check
             return self.compiled(*args)
+        self._count_call()
+        self.parameter_grad_bytes = sum(tensor_bytes(t) for t in args
+                                        if isinstance(t, torch.nn.Parameter) and t.requires_grad)
         self._check(held_bytes())
         inputs = {t.untyped_storage().data_ptr() for t in args if isinstance(t, torch.Tensor)}
         outputs = self.compiled(*args)
@@ -110,13 +124,23 @@ class StepGraph:
             self.reserved = wanted
             self.stale_in = _steps_ended
 
+    def _count_call(self) -> None:
+        """One more call in this step; more calls than the plan counts make it stale: it is
+        planned again for them once this step has ended."""
+        if self.calls_in != _steps_ended:
+            self.calls_in, self.calls = _steps_ended, 0
+        self.calls += 1
+        if self.calls > self.most_calls:
+            self.most_calls = self.calls
+            if self.stale_in is None:
+                self.stale_in = _steps_ended
+
     def _check(self, held: int) -> None:
         """A call whose step is predicted over the budget: what is held beside it was not all
         held when it was planned. Graphs planned before the ones beside it ran (DDPOptimizer
         compiles all its buckets before the first runs) are planned again once this step has
-        ended, within what those then leave. A graph called again in the same step (one
-        compiled block run for every block) finds its own earlier calls held, which its plan
-        does not count yet: it only says so."""
+        ended, within what those then leave; so is a graph called more often in this step than
+        its plan counts (``_count_call``), for that many calls."""
         if held + self.peak <= self.budget:
             return
         again = any(graph is self for graph, _ in _HELD.values())
@@ -125,7 +149,8 @@ class StepGraph:
         if self.warned:
             return
         self.warned = True
-        what = ("a graph called more than once in a step is not yet planned for its own earlier calls" if again else
+        what = (f"it was planned for {self.repeats} call(s) a step and is planned again for as many as this step "
+                "makes once it has ended" if again and self.most_calls > self.repeats else
                 "it is planned again within what they leave once this step has ended")
         warnings.warn(BudgetWarning(
             f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's, but this call "
@@ -138,7 +163,7 @@ class StepGraph:
     def _build(self, inputs: list) -> None:
         held = held_bytes()
         given = self.budget - held
-        first = inspect.plan_count()
+        self.repeats = self.most_calls
         try:
             self.compiled = self._compile_within(inputs, given)
             over = None
@@ -150,9 +175,8 @@ class StepGraph:
                 raise
             # A later graph of the step: it takes its least plan now, and the graphs held
             # across it leave it that from the next step.
-            first = inspect.plan_count()
             self.compiled, need = self._least(inputs, refusal.least_bytes)
-            kept = max((p.timeline.end_bytes or 0 for p in inspect.plans_since(first)), default=0)
+            kept = max((p.timeline.end_bytes or 0 for p in inspect.plans_since(self.plans_from)), default=0)
             for graph, _ in list(_HELD.values()):
                 graph.reserve(need, kept)
             self.stale_in = _steps_ended
@@ -164,15 +188,18 @@ class StepGraph:
                     f"{format_bytes(need)}, so this step is predicted {format_bytes(over)} over the budget; once "
                     f"this step has ended the earlier graphs are planned again with {format_bytes(need)} left to it "
                     f"between their forward and backward, and this one within what they then hold"), stacklevel=2)
-        plans = inspect.plans_since(first)
+        plans = inspect.plans_since(self.plans_from)
         self.saved_bytes = sum(p.saved_activation_bytes for p in plans)
-        self.peak = max((p.predicted_peak_bytes for p in plans), default=0)
+        # A repeated graph's plan has its later calls' need at its turn; each call is checked
+        # against its own peak, its earlier calls being held (``_check``).
+        self.peak = (self._figures()[0] if self.repeats > 1 else
+                     max((p.predicted_peak_bytes for p in plans), default=0))
         self.graph_ids = ", ".join(p.graph_id for p in plans)
         self.warned = bool(over and over > 0)  # this step's excess is said already
         for plan in plans:
             plan.notes["step"] = {"budget_bytes": self.budget, "held_by_earlier_graphs_bytes": held,
                                   "reserved_for_later_graphs_bytes": self.reserved[0],
-                                  "kept_by_later_graphs_bytes": self.reserved[1],
+                                  "kept_by_later_graphs_bytes": self.reserved[1], "calls_per_step": self.repeats,
                                   "graph_budget_bytes": plan.budget_bytes, **({"over_bytes": over} if over and over > 0 else {})}
 
     def _cannot_leave(self, refusal: BudgetError, inputs: list) -> BudgetError:
@@ -191,16 +218,97 @@ class StepGraph:
         return error
 
     def _compile_within(self, inputs: list, nbytes: int) -> Callable:
+        """Compiled so that its ``repeats`` calls of a step fit ``nbytes`` together. Raises
+        ``BudgetError`` naming the least budget they need.
+
+        One call: its plan within ``nbytes``, with the step's later graphs' need at its turn.
+        ``k`` calls share one plan, which holds ``h`` across the step (its saved activations and
+        outputs), keeps ``g`` to the end (its parameter gradients) and peaks at ``p``: the
+        calls need ``(k - 1) * max(h, g) + p`` together (the last call beside the earlier
+        calls' holds, or the first call's backward beside the later calls' gradients), and
+        ``k * h`` plus the later graphs' need at the last call's turn (``_calls_need``). The
+        planner is steered with the later calls as later graphs of the first call: they need
+        ``(k - 2) * h + max(p, h + later need)`` between its forward and backward and keep
+        ``(k - 1) * g``, so it trades recomputation against what a call holds, which a smaller
+        budget alone would not make it do (a block's least-memory plan may save what its peak
+        needs anyway). ``h``, ``g`` and ``p`` start as the plan before's and are iterated; a
+        need no plan leaves room for is lowered by what the refusal says is missing. Failing
+        that, the plan that holds least (``holding_least``) is taken where its calls fit, and
+        otherwise names the least budget in the ``BudgetError``."""
+        if self.repeats == 1:
+            return self._compile_once(inputs, nbytes, self.reserved)
+        earlier = self.repeats - 1
+        figures = self._figures()
+        need = None
+        least = None  # the least need of the calls together among the plans made
+        for _ in range(_LEAST_PROBES + 1):
+            peak, hold, grads = figures
+            if need is None:
+                need = (earlier - 1) * hold + max(peak, hold + self.reserved[0])
+            later = (need, earlier * grads + self.reserved[1])
+            try:
+                compiled = self._compile_once(inputs, nbytes, later)
+            except Exception as error:  # noqa: BLE001
+                refusal = fxremat_error(error)
+                if not isinstance(refusal, BudgetError) or refusal.least_bytes is None:
+                    raise
+                missing = refusal.least_bytes - nbytes
+                if missing <= 0 or need <= missing:
+                    break
+                need -= missing  # leave the plan what it lacked
+                continue
+            figures = self._figures()
+            together = self._calls_need(*figures)
+            if together <= nbytes:
+                return compiled
+            least = together if least is None else min(least, together)
+            need = None
+        # What the calls need at least: the plan that holds least. A later need of ``nbytes``
+        # binds at its turn, so its least-memory plan trades everything it can for holding less.
+        holding_least = (nbytes, later[1])
+        compiled, _ = self._least(inputs, 1, within=lambda inputs, b: self._compile_once(inputs, b, holding_least))
+        together = self._calls_need(*self._figures())
+        if together <= nbytes:
+            return compiled
+        least = together if least is None else min(least, together)
+        step_least = least + self.budget - nbytes
+        raise BudgetError(
+            f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: graph "
+            f"{self.graph_ids} runs {self.repeats} times a step, and its earlier calls hold their saved activations "
+            f"and outputs while the later ones run: its plans need {format_bytes(least)} for its calls together, "
+            f"and {format_bytes(nbytes)} is left to them. Allowed: a budget of at least {step_least} bytes "
+            f"({format_bytes(step_least)}) for the step.", least)
+
+    def _calls_need(self, peak: int, hold: int, grads: int) -> int:
+        """What ``repeats`` calls of a plan need together (``_compile_within``)."""
+        k = self.repeats
+        return max((k - 1) * max(hold, grads) + self.reserved[1] + peak, k * hold + self.reserved[0])
+
+    def _figures(self) -> tuple[int, int, int]:
+        """The plan just compiled: its own peak (without the later graphs' need it was given),
+        what one call holds across the step (saved activations and outputs) and the parameter
+        gradients it keeps to the end."""
+        plans = inspect.plans_since(self.plans_from)
+        peak = max((r["live_bytes"] - r["by_kind"].get("later graphs", 0) for p in plans for r in p.timeline_records()),
+                   default=0)
+        return peak, sum(p.saved_activation_bytes for p in plans) + self.output_bytes, self.parameter_grad_bytes
+
+    def _compile_once(self, inputs: list, nbytes: int, later: tuple[int, int]) -> Callable:
+        """One call planned within ``nbytes``, with ``later`` (need, kept) between its forward and
+        backward (``Budget.later_graphs``); its plans are those made since ``plans_from``."""
         # Nothing left is asked as 1 byte: its refusal names the graph's floor, where its least starts.
-        budget = Budget(bytes=max(1, nbytes), later_graphs=self.reserved[0], later_graphs_kept=self.reserved[1])
+        budget = Budget(bytes=max(1, nbytes), later_graphs=later[0], later_graphs_kept=later[1])
         options = dataclasses.replace(self.options, memory_budget=budget)
+        self.plans_from = inspect.plan_count()
         return self._compile(self.gm, inputs, options)
 
-    def _least(self, inputs: list, need: int) -> tuple[Callable, int]:
-        """Compiled at the least budget its plans meet (a floor error names the floor first)."""
+    def _least(self, inputs: list, need: int, within: Callable | None = None) -> tuple[Callable, int]:
+        """Compiled at the least budget its plans meet (``within``: ``_compile_within`` unless
+        given), from ``need`` up (a floor error names the floor first), and that budget."""
+        within = within or self._compile_within
         for _ in range(_LEAST_PROBES):
             try:
-                return self._compile_within(inputs, need), need
+                return within(inputs, need), need
             except Exception as error:  # noqa: BLE001
                 refusal = fxremat_error(error)
                 if not isinstance(refusal, BudgetError) or refusal.least_bytes is None or refusal.least_bytes <= need:
@@ -223,6 +331,7 @@ class StepGraph:
             if ptr not in inputs:
                 storages[ptr] = tensor_bytes(t)
         self.output_grad_bytes = sum(tensor_bytes(t) for t in tensors if t.requires_grad)
+        self.output_bytes = sum(storages.values())
         entry = next(_ENTRIES)
         _HELD[entry] = (self, self.saved_bytes + sum(storages.values()))
         node.register_hook(lambda grad_inputs, grad_outputs: _leave(entry))

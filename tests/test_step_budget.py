@@ -165,3 +165,69 @@ def test_the_ledger_holds_a_forward_until_its_backward_or_its_autograd_graph_is_
     with torch.no_grad():
         compiled(x)
         assert step.held_bytes() == 0
+
+
+class Blocks(nn.Module):
+    """``BLOCKS + 2`` blocks, each compiled on its own (``Module.compile``, as with FSDP2's
+    per-block compiles): the first block's input needs no gradient, so it gets a graph of its
+    own; the others share one graph, called once per block in every step."""
+
+    def __init__(self, options):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(BLOCKS + 2)])
+        for block in self.blocks:
+            block.compile(backend="fxremat", options=options)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return x.pow(2).mean()
+
+
+def _blocks(budget):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = Blocks({"compiler": "eager", "memory_budget": budget}).double()
+    reference = copy.deepcopy(model)
+    x = torch.randn(BATCH, W, dtype=torch.double)
+    for block in reference.blocks:
+        block._compiled_call_impl = None  # eager
+    reference(x).backward()
+    return model, x, [p.grad for p in reference.parameters()]
+
+
+def _settled(model, x, steps=4):
+    """Steps until one warns no more (the repeated graph is planned for its calls); the
+    warnings of the first step."""
+    first = _step(model, model, x)
+    for _ in range(steps):
+        if not _step(model, model, x):
+            return first
+    raise AssertionError("the step kept warning")
+
+
+def test_a_graph_called_once_per_block_is_planned_for_all_its_calls():
+    model, x, eager_grads = _blocks(4_000_000)
+    warned = _settled(model, x)
+    # The first step's plan counted one call: the repeated graph's later calls found its
+    # earlier ones held, over the budget, and it was planned again for all of them.
+    assert any("planned again for as many" in str(w) for w in warned)
+    repeated = [p for p in fxremat.inspect.plans() if p.notes["step"]["calls_per_step"] == BLOCKS + 1]
+    assert repeated, [p.notes["step"] for p in fxremat.inspect.plans()]
+    # Planned for one call it saved what its peak needs anyway; for five, it saves less.
+    assert repeated[-1].saved_activation_bytes < fxremat.inspect.plans()[0].saved_activation_bytes
+    _assert_grads(model, eager_grads)
+    assert _measured_step_peak(model, model, x) <= 4_000_000
+
+
+def test_too_many_calls_for_the_budget_raise_naming_a_budget_that_fits():
+    model, x, _ = _blocks(2_500_000)
+    with pytest.raises(fxremat.BudgetError) as error:
+        for _ in range(4):
+            _step(model, model, x)
+    assert "Allowed: a budget of at least" in str(error.value)
+    least = int(str(error.value).split("Allowed: a budget of at least ")[1].split()[0])
+    model, x, eager_grads = _blocks(least)
+    _settled(model, x)
+    _assert_grads(model, eager_grads)
+    assert _measured_step_peak(model, model, x) <= least * 1.001
