@@ -360,18 +360,12 @@ def _first_violation(lin: Linearization) -> tuple[int, int] | None:
     return None
 
 
-def _overhead(ops: list[fx.Node], inputs: set[str], inlining=None) -> int:
+def _overhead(ops: list[fx.Node], inputs: set[str]) -> int:
     """Peak bytes of a segment's temporaries: values it allocates and uses only inside
-    (its outputs are counted by the chain as a^s, abar^s or delta^(s-1)).
-
-    With ``inlining`` (the joint graph's ``timeline.Inlining``: Inductor compiles it) the
-    values Inductor fuses into their readers are not counted, as the timeline does not count
-    them. Counting every op's output made the MLP stages' overheads 2-4x what the fused
-    timeline holds (GPT-2 small: an MLP backward's 4.19 MB), so the DP's least plan was set
-    by that stage and kept other values that made the real peak elsewhere; fused, the least
-    plans measured 5.6% (GPT-2), 11.5% (Llama) and 6.1% (ViT) lower (CPU, Inductor, issue
-    #26). It is no longer an upper bound on what the emitted graph writes; the budget search
-    checks every plan the DP returns against the timeline, which is."""
+    (its outputs are counted by the chain as a^s, abar^s or delta^(s-1)). Every op's
+    output counts, fused or not: an upper bound, which the budget search relies on
+    (counting only what the timeline's ``Inlining`` writes made the model undercount
+    what the emitted graphs write, and a plan the DP fitted predicted over the budget)."""
     inside = set(ops)
 
     def escapes(n: fx.Node) -> bool:  # read outside the segment, directly or through a view
@@ -381,16 +375,15 @@ def _overhead(ops: list[fx.Node], inputs: set[str], inlining=None) -> int:
     for n in ops:
         temporary = not escapes(n)
         base = storage_of(n)
-        fused = inlining is not None and n.op == "call_function" and inlining.fused_away(n)
-        allocates = {n.name: node_bytes(n)} if temporary and not fused and base == n.name and base not in inputs \
-            and not isinstance(n.meta.get("val"), (list, tuple)) else {}
+        allocates = {n.name: node_bytes(n)} if temporary and base == n.name and base not in inputs and not \
+            isinstance(n.meta.get("val"), (list, tuple)) else {}
         steps.append(Step(n.name, allocates=allocates, reads=[storage_of(a) or "" for a in n.all_input_nodes]))
     return simulate(steps).peak_bytes if steps else 0
 
 
 def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str],
                 gradients: list[fx.Node] = (), later_graphs: tuple[int, int] = (0, 0),
-                incoming: tuple[list[fx.Node], int] = ((), 0), fused: bool = False) -> rotor.Chain:
+                incoming: tuple[list[fx.Node], int] = ((), 0)) -> rotor.Chain:
     """The stages' Rotor parameters; ``gradients`` (backward outputs some stage makes:
     ``gradients_in_chain``) made in a stage's ``B^s`` are its ``w_g^s``, held from then to
     the end of the step; ``later_graphs`` (``Budget.later_graphs`` and ``later_graphs_kept``)
@@ -403,9 +396,6 @@ def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]
     has no ``delta`` of its own to count (Hugging Face GPT-2's logits, whose 1.65 GB gradient
     was counted twice near the turn, and at the turn while it did not exist yet)."""
     outputs, tangent_bytes = incoming
-    from .timeline import Inlining
-
-    inlining = Inlining() if fused else None
     handed = {storage_of(n) for n in outputs} - {None}
     u_f, u_b, w_a, w_abar, o_f, o_b = [], [], [], [], [], []
     w_delta = []
@@ -429,8 +419,8 @@ def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]
         w_a.append(storage_bytes(st.boundary, inputs))
         w_delta.append(storage_bytes([n for n in st.boundary if storage_of(n) not in handed], inputs))
         w_abar.append(storage_bytes(st.boundary + st.saved, inputs))
-        o_f.append(_overhead(st.forward, inputs, inlining))
-        o_b.append(_overhead(st.backward, inputs, inlining))
+        o_f.append(_overhead(st.forward, inputs))
+        o_b.append(_overhead(st.backward, inputs))
     return rotor.Chain(u_f=u_f, u_b=u_b, w_a=w_a, w_abar=w_abar, w_a0=0.0, w_delta=w_delta, o_f=o_f, o_b=o_b,
                        w_g=w_g, u_f_last=u_f_last).with_loss(turn=later_graphs[0],
                                                             turn_kept=later_graphs[1] + tangent_bytes)

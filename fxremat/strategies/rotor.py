@@ -33,7 +33,7 @@ def search(problem: StagedProblem) -> Candidate:
         need += storage_bytes([n for n in outputs if storage_of(n) not in in_stages], ctx.input_names)
     handed = [n for n in outputs if is_tensor_node(n) and n.meta["val"].dtype.is_floating_point]
     rchain = chain.rotor_chain(lin, problem.cost, ctx.input_names, in_chain, later_graphs=(need, kept),
-                                incoming=(handed, tangents), fused=ctx.options.compiler == "inductor")
+                                incoming=(handed, tangents))
     persistent = problem.solver.name == "rotor"
 
     def solve_at(model_budget: float) -> Schedule | None:
