@@ -30,11 +30,11 @@ graph is planned within the budget less what the graphs before it hold (issue #2
   with FSDP2's per-block compiles) finds its own earlier calls held: ``k`` calls hold ``k - 1``
   times what one call holds (saved activations and outputs) while the last one runs. Its calls
   are counted; once a step has called it more often than its plan counted, it is planned again,
-  after that step, for ``k`` calls: within ``budget - held - (k - 1) * h``, where ``h`` is what
-  one call of the plan holds (found by iterating from the plan before: a plan that holds no more
-  than the ``h`` it was given fits), or at its least-memory plan if that fits; otherwise
-  ``BudgetError`` names the least budget its ``k`` calls need. Until then a ``BudgetWarning``
-  says by how much the step is predicted over.
+  after that step, for ``k`` calls: one plan whose later calls are later graphs of its first
+  call (``_compile_within``), so that the calls fit ``budget - held`` together; where no plan
+  does, ``BudgetError`` names the least budget its ``k`` calls need (or, with earlier graphs
+  held across them, those are asked to leave it, as for any later graph). Until then a
+  ``BudgetWarning`` says by how much the step is predicted over.
 
 Graphs with symbolic sizes (dynamic shapes) keep the per-graph budget: a replan compiles for
 the sizes of one call. Fractions keep their per-graph meaning.
