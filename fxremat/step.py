@@ -104,8 +104,6 @@ class StepGraph:
         if not torch.is_grad_enabled():  # no backward: nothing held across the step, nothing to check
             return self.compiled(*args)
         self._count_call()
-        self.parameter_grad_bytes = sum(tensor_bytes(t) for t in args
-                                        if isinstance(t, torch.nn.Parameter) and t.requires_grad)
         self._check(held_bytes())
         inputs = {t.untyped_storage().data_ptr() for t in args if isinstance(t, torch.Tensor)}
         outputs = self.compiled(*args)
@@ -164,6 +162,9 @@ class StepGraph:
         held = held_bytes()
         given = self.budget - held
         self.repeats = self.most_calls
+        # The calls' inputs keep their shapes (a new shape is a new graph): counted once a plan.
+        self.parameter_grad_bytes = sum(tensor_bytes(t) for t in inputs
+                                        if isinstance(t, torch.nn.Parameter) and t.requires_grad)
         try:
             self.compiled = self._compile_within(inputs, given)
             over = None
