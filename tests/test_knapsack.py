@@ -3,6 +3,7 @@
 
 import copy
 import functools
+import types
 
 import pytest
 import torch
@@ -182,7 +183,8 @@ def test_auto_names_the_knapsacks_least_when_it_is_below_rotors(monkeypatch):
     from fxremat.strategies import staged
 
     def rotor_fails(saved_set, budget, solver, max_stages=None):
-        raise BudgetError("no plan", least_bytes=1 << 62)
+        least = types.SimpleNamespace(plan=types.SimpleNamespace(notes={"stages": 3}))
+        raise BudgetError("no plan", least_bytes=1 << 62, least_candidate=least)
 
     monkeypatch.setattr(staged, "plan_around", rotor_fails)
     message = _least_budget_error({})
@@ -191,6 +193,8 @@ def test_auto_names_the_knapsacks_least_when_it_is_below_rotors(monkeypatch):
     assert least < 1 << 62
     plan, worst = _run({"memory_budget": least})
     assert plan.solver == "knapsack" and plan.predicted_peak_bytes <= least and worst <= 1e-12
+    # The plan says what Rotor's least plan needed, over how many stages (GPT-2 on CUDA: issue #26).
+    assert "Rotor found no plan within it (its least-memory plan predicts 4294967296.00 GiB over 3 stages)" in plan.notes["why"]
     # The fraction 0.0 is that least plan; 0.2 lies between it and the unconstrained plan.
     plan, _ = _run({"memory_budget": 0.0})
     assert plan.solver == "knapsack" and plan.predicted_peak_bytes == least == plan.budget_bytes

@@ -37,10 +37,21 @@ def plan(ctx: Context, mincut_plan: Candidate, budget: int, over: bool, solver) 
         found, staged_why = _with_checkmate(traffic, found, budget)
         why += f"{sets_why}; {staged_why}"
     except BudgetError as error:
-        found, why = error, f"{why}; Rotor found no plan within it"
+        found, why = error, f"{why}; Rotor found no plan within it{_least_said(error)}"
     winner, lighter_why = _staged_or_knapsack(ctx, found, knapsack_found, probes, budget)
     winner.plan.notes["why"] = f"{why}; {lighter_why}"
     return winner
+
+
+def _least_said(error: BudgetError) -> str:
+    """What a staged solver's refusal found, for the plan's why: its least-memory plan's
+    predicted peak and its number of stages (a chain of few stages cannot go low)."""
+    least = error.least_candidate
+    if error.least_bytes is None or least is None:
+        return ""
+    stages = least.plan.notes.get("stages")
+    return f" (its least-memory plan predicts {format_bytes(error.least_bytes)}" + (
+        f" over {stages} stages)" if stages is not None else ")")
 
 
 def _with_checkmate(traffic: staged.SavedSet, rotor_result: Candidate, budget: int) -> tuple[Candidate, str]:

@@ -1,0 +1,95 @@
+"""One model's training steps at a memory budget: each step's peak, error and warnings, and
+every plan fxremat made (solver, budget, predicted peak, saved bytes, floor, the step's
+ledger and the plan's why). What a GPU session runs to see why a plan differs from the
+CPU's, in one process and with no measuring subprocesses.
+
+    python bench/step_plans.py --model gpt2 --scale gpu --budget 3624217088 --device cuda --out DIR
+    python bench/step_plans.py --model gpt2 --scale tiny --budget 800000 --device cpu --out /tmp/x   # smoke
+
+Writes ``DIR/step_plans.json`` (the steps and the plans) and prints one line per step and
+per plan. The model is ``bench/frontier_models.py``'s, with fxremat's options as the
+frontier gives them (``hold_outputs`` false: a step drops its loss). On CUDA the step's
+peak is ``torch.cuda.max_memory_allocated`` above what was allocated before the step (the
+inputs); on a CPU it is not measured here (``bench/frontier.py`` measures it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]  # this checkout's fxremat and bench modules first
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="gpt2")
+    parser.add_argument("--scale", default="gpu")
+    parser.add_argument("--budget", required=True, help="memory_budget: bytes, '6GiB' or a fraction")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--solver", default="auto")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+
+    import torch
+
+    import frontier_models
+    from frontier_strategies import FX_OPTIONS_DEFAULT
+
+    import fxremat
+    import results_io
+
+    budget = float(args.budget) if "." in args.budget else (int(args.budget) if args.budget.isdigit() else args.budget)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.manual_seed(0)
+    built = frontier_models.build(args.model, args.scale)
+    model = built.model.to(args.device).train()
+    batch = [b.to(args.device) for b in built.batch]
+    os.makedirs(args.out, exist_ok=True)
+    compiled = torch.compile(model, backend="fxremat",
+                             options={**FX_OPTIONS_DEFAULT, "memory_budget": budget, "solver": args.solver})
+    since = fxremat.inspect.plan_count()
+    data = {"command": results_io.command(argv, script="step_plans.py"), "model": args.model,
+            "scale": args.scale, "budget": args.budget, "device": args.device, "steps": [], "plans": []}
+    for step in range(args.steps):
+        started = time.perf_counter()
+        model.zero_grad(set_to_none=True)
+        if args.device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+        error = None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                compiled(*batch).backward()
+            except fxremat.BudgetError as err:
+                error = str(err)
+        row = {"step": step, "wall_s": round(time.perf_counter() - started, 1), "error": error,
+               "peak_above_inputs_bytes": (torch.cuda.max_memory_allocated() - before
+                                           if args.device == "cuda" and error is None else None),
+               "warnings": [str(w.message) for w in caught if "fxremat" in str(w.message)]}
+        data["steps"].append(row)
+        print(json.dumps(row), flush=True)
+        if error:
+            break
+    for plan in fxremat.inspect.plans_since(since):
+        notes = plan.notes
+        data["plans"].append({"graph": plan.graph_id, "solver": plan.solver, "budget_bytes": plan.budget_bytes,
+                              "predicted_peak_bytes": plan.predicted_peak_bytes,
+                              "saved_activation_bytes": plan.saved_activation_bytes,
+                              "floor_bytes": notes.get("floor_bytes"), "step": notes.get("step"),
+                              "why": notes.get("why"), "stages": notes.get("stages")})
+        print(json.dumps(data["plans"][-1]), flush=True)
+    results_io.write_json(os.path.join(args.out, "step_plans.json"), data)
+
+
+if __name__ == "__main__":
+    main()
