@@ -200,18 +200,21 @@ def check_no_aliasing(saved: list[fx.Node], input_names: set[str]) -> None:
 
 def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.GraphModule, saved: list[fx.Node],
                    cut_cost: float, recomputed: list[dict] | None = None, with_code: bool = True,
-                   **extra: Any) -> Candidate:
+                   foreign: bool = False, **extra: Any) -> Candidate:
     """The candidate of the graphs ``fwd`` and ``bwd``: its plan, with the timeline predicted
     for the compiler in the options. ``with_code=False``: the graphs' Python code is filled
     in later, for the candidate chosen only (making it for every candidate is slow); ``lite``
-    graphs have none."""
+    graphs have none. ``foreign``: the graphs are another partitioner's (PyTorch's, as a
+    point of comparison), which may save several views of one storage; fxremat's own plans
+    save storages (``check_no_aliasing``)."""
     if ctx.options.compiler == "inductor":
         keep_products_apart(fwd)
         keep_products_apart(bwd)
     bwd_inputs = {n.name for n in bwd.graph.find_nodes(op="placeholder")}
     saved_final = [n for n in saved if n.name in bwd_inputs and not _compat.is_sym_node(n)]  # torch drops unused
     saved_sym = [n for n in saved if n.name in bwd_inputs and _compat.is_sym_node(n)]
-    check_no_aliasing(saved_final, ctx.input_names)
+    if not foreign:  # another partitioner's plan (PyTorch's, for comparison) may save views of one storage
+        check_no_aliasing(saved_final, ctx.input_names)
     fwd_names = {n.name for n in fwd.graph.nodes if n.op == "call_function"}
     if recomputed is None:
         recomputed = [recomputed_entry(n, n.name) for n in bwd.graph.nodes
