@@ -219,6 +219,7 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
     if recomputed is None:
         recomputed = [recomputed_entry(n, n.name) for n in bwd.graph.nodes
                       if n.op == "call_function" and n.name in fwd_names]
+    returned = {storage_of(n) for n in ctx.classes.fwd_outputs[:ctx.num_fwd_outputs] if isinstance(n, fx.Node)}
     inductor = ctx.options.compiler == "inductor"
     timeline = predict(fwd, bwd, ctx.num_fwd_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor,
                        hold_outputs=ctx.options.hold_outputs, workspace=scratch_model(inductor),
@@ -229,6 +230,7 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
         saved=[{**describe(n), "input": storage_of(n) in ctx.input_names}
                for n in saved_final + saved_sym],
         saved_activation_bytes=storage_bytes(saved_final, ctx.input_names),
+        saved_output_bytes=storage_bytes([n for n in saved_final if storage_of(n) in returned], ctx.input_names),
         recomputed=recomputed,
         banned=ctx.banned,
         cut_cost=cut_cost,

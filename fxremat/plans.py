@@ -53,6 +53,8 @@ class Plan:
     solve_seconds: float = 0.0  # wall time of planning this graph (all solvers tried)
     notes: dict[str, Any] = dataclasses.field(default_factory=dict)  # solver choice and solver details
     step_modules: list[str] | None = None  # the module path of each timeline step ("" for none)
+    # Of saved_activation_bytes, those in storages the graph also returns (the step counts them once)
+    saved_output_bytes: int = 0
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -64,6 +66,7 @@ class Plan:
             "solver": self.solver,
             "saved": self.saved,
             "saved_activation_bytes": self.saved_activation_bytes,
+            "saved_output_bytes": self.saved_output_bytes,
             "recomputed": self.recomputed,
             "banned": self.banned,
             "cut_cost": self.cut_cost,

@@ -190,7 +190,7 @@ class StepGraph:
                     f"this step has ended the earlier graphs are planned again with {format_bytes(need)} left to it "
                     f"between their forward and backward, and this one within what they then hold"), stacklevel=2)
         plans = inspect.plans_since(self.plans_from)
-        self.saved_bytes = sum(p.saved_activation_bytes for p in plans)
+        self.saved_bytes = _saved_beside_outputs(plans)
         # A repeated graph's plan has its later calls' need at its turn; each call is checked
         # against its own peak, its earlier calls being held (``_check``).
         self.peak = (self._figures()[0] if self.repeats > 1 else
@@ -292,7 +292,7 @@ class StepGraph:
         plans = inspect.plans_since(self.plans_from)
         peak = max((r["live_bytes"] - r["by_kind"].get("later graphs", 0) for p in plans for r in p.timeline_records()),
                    default=0)
-        return peak, sum(p.saved_activation_bytes for p in plans) + self.output_bytes, self.parameter_grad_bytes
+        return peak, _saved_beside_outputs(plans) + self.output_bytes, self.parameter_grad_bytes
 
     def _compile_once(self, inputs: list, nbytes: int, later: tuple[int, int]) -> Callable:
         """One call planned within ``nbytes``, with ``later`` (need, kept) between its forward and
@@ -337,6 +337,13 @@ class StepGraph:
         _HELD[entry] = (self, self.saved_bytes + sum(storages.values()))
         node.register_hook(lambda grad_inputs, grad_outputs: _leave(entry))
         weakref.finalize(node, _leave, entry)  # an autograd graph freed without a backward
+
+
+def _saved_beside_outputs(plans) -> int:
+    """What a call's autograd graph holds beside its outputs: its plans' saved activations, less
+    those in storages the graph also returns (GPT-2's last hidden state, saved for the head's
+    weight gradient and returned for the loss: one storage, counted with the outputs)."""
+    return sum(p.saved_activation_bytes - p.saved_output_bytes for p in plans)
 
 
 def _leave(entry: int) -> None:  # returns None: a hook's value would replace the gradients

@@ -93,6 +93,36 @@ def test_a_later_graph_is_planned_within_what_the_earlier_one_holds_across_it():
     assert abs(measured - predicted) <= 0.01 * predicted, (measured, predicted)
 
 
+class ReturnsWhatItSaves(TwoGraphs):
+    """Graph 1 returns ``tanh``'s output, which its backward reads too (saved): one storage
+    held across graph 2, as GPT-2's last hidden state is (saved for the head's weight
+    gradient, returned for the loss)."""
+
+    def forward(self, x):
+        h = torch.tanh(self.first(x))
+        torch._dynamo.graph_break()
+        return self.second(h).pow(2).mean()
+
+
+def test_a_saved_value_the_graph_returns_is_held_once():
+    torch.manual_seed(0)
+    model, x = ReturnsWhatItSaves().double(), torch.randn(BATCH, W, dtype=torch.double)
+    reference = copy.deepcopy(model)
+    reference(x).backward()
+    compiled = _compiled(model, 100_000_000)
+    since = fxremat.inspect.plan_count()
+    assert _step(compiled, model, x) == []
+    first, second = fxremat.inspect.plans_since(since)
+    output_bytes = BATCH * W * 8
+    assert first.saved_output_bytes == output_bytes
+    held = second.notes["step"]["held_by_earlier_graphs_bytes"]
+    assert held == first.saved_activation_bytes  # the output is one of the saved storages
+    _assert_grads(model, [p.grad for p in reference.parameters()])
+    measured = _measured_step_peak(compiled, model, x)
+    predicted = held + second.predicted_peak_bytes
+    assert abs(measured - predicted) <= 0.01 * predicted, (measured, predicted)
+
+
 def test_earlier_graphs_are_planned_again_to_leave_a_later_graph_its_least():
     # A deep first graph (8 blocks) holds much across a shallow second one (2 blocks).
     model, x, eager_grads = _setup(8, 2)
