@@ -6,11 +6,16 @@ CPU's, in one process and with no measuring subprocesses.
     python bench/step_plans.py --model gpt2 --scale gpu --budget 3624217088 --device cuda --out DIR
     python bench/step_plans.py --model gpt2 --scale tiny --budget 800000 --device cpu --out /tmp/x   # smoke
 
+With ``--solver rotor`` a refusal is Rotor's own ``BudgetError`` (its least plan and number of
+stages), where ``auto`` takes the knapsack's plan and says only that Rotor found none within
+the budget and what its least plan predicted.
+
 Writes ``DIR/step_plans.json`` (the steps and the plans) and prints one line per step and
 per plan. The model is ``bench/frontier_models.py``'s, with fxremat's options as the
 frontier gives them (``hold_outputs`` false: a step drops its loss). On CUDA the step's
 peak is ``torch.cuda.max_memory_allocated`` above what was allocated before the step (the
-inputs); on a CPU it is not measured here (``bench/frontier.py`` measures it).
+inputs); on a CPU, one more step after the last is measured with the profiler's memory events
+(``fxremat.measure.measure_peak_bytes``, ``measured_step_peak_bytes``).
 """
 
 from __future__ import annotations
@@ -80,6 +85,12 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(row), flush=True)
         if error:
             break
+    if args.device == "cpu" and not error:
+        from fxremat.measure import measure_peak_bytes
+
+        model.zero_grad(set_to_none=True)
+        data["measured_step_peak_bytes"] = measure_peak_bytes(lambda: compiled(*batch).backward())["peak_bytes"]
+        print(f"measured step peak (profiler): {data['measured_step_peak_bytes']} bytes", flush=True)
     for plan in fxremat.inspect.plans_since(since):
         notes = plan.notes
         data["plans"].append({"graph": plan.graph_id, "solver": plan.solver, "budget_bytes": plan.budget_bytes,
