@@ -14,7 +14,10 @@ graph is planned within the budget less what the graphs before it hold (issue #2
   the graphs running beside it; its budget is ``budget - held``, and what the step's later
   graphs need (``reserved``) is a step of its timeline between its forward and its backward
   (``Budget.later_graphs``), where they run while it holds its saved activations and outputs.
-- **Later graphs.** The first graph of a step cannot know what comes after it. A graph whose
+- **Later graphs.** The first graph of a step cannot know what comes after it, but for one
+  thing: the gradients of its outputs are handed back before its backward, so a graph that
+  returns more than a scalar loss counts them at its turn from its first plan on
+  (``handed_back``). A graph whose
   least-memory plan needs more than the budget leaves it (``N``) runs at that least plan for
   this one step, with a ``BudgetWarning`` that says by how much the step is over, and reserves
   ``N`` from every graph held across it: once the step has ended (the ledger is empty), each is
@@ -85,6 +88,10 @@ class StepGraph:
         # What later graphs of the step asked this one to leave them between its forward and
         # backward, and what of it they keep to the step's end (Budget.later_graphs, _kept).
         self.reserved = (0, 0)
+        # The gradients of its outputs, which the work after it in the step hands back before
+        # its backward starts: a need at its turn known before any later graph has run (a scalar
+        # loss, the last graph's output, hands back nothing worth counting).
+        self.handed_back = _handed_back_bytes(gm)
         self.stale_in: int | None = None  # plan again once the step numbered so has ended
         self.saved_bytes = self.peak = 0
         self.output_grad_bytes = 0  # the gradients of its outputs: its backward's incoming gradients
@@ -110,6 +117,13 @@ class StepGraph:
         self._enter(outputs, inputs)
         return outputs
 
+    def _later(self) -> tuple[int, int]:
+        """What the step's later work needs between this graph's forward and backward, and what
+        of it it keeps to the step's end: what later graphs reserved, and at least the
+        gradients of this graph's outputs they hand back (``handed_back``), known from the
+        first step on."""
+        return max(self.reserved[0], self.handed_back), self.reserved[1]
+
     def reserve(self, nbytes: int, kept: int) -> None:
         """A later graph needs ``nbytes`` while this one is held, and keeps ``kept`` of them
         to the step's end: leave it that, from the next step."""
@@ -117,9 +131,9 @@ class StepGraph:
         # Face GPT-2's loss graph: the logits' gradient), which this graph's plan counts
         # already as its incoming gradients, through its backward: counted once.
         kept = max(kept - self.output_grad_bytes, 0)
-        wanted = (max(nbytes, self.reserved[0]), max(kept, self.reserved[1]))
-        if wanted != self.reserved:
-            self.reserved = wanted
+        before = self._later()
+        self.reserved = (max(nbytes, self.reserved[0]), max(kept, self.reserved[1]))
+        if self._later() != before:
             self.stale_in = _steps_ended
 
     def _count_call(self) -> None:
@@ -171,7 +185,7 @@ class StepGraph:
         except Exception as error:  # noqa: BLE001 - a BudgetError of fxremat's, wrapped or not
             refusal = fxremat_error(error)
             if not isinstance(refusal, BudgetError) or held == 0 or refusal.least_bytes is None:
-                if isinstance(refusal, BudgetError) and any(self.reserved) and refusal.least_bytes is not None:
+                if isinstance(refusal, BudgetError) and any(self._later()) and refusal.least_bytes is not None:
                     raise self._cannot_leave(refusal, inputs) from None
                 raise
             # A later graph of the step: it takes its least plan now, and the graphs held
@@ -199,8 +213,8 @@ class StepGraph:
         self.warned = bool(over and over > 0)  # this step's excess is said already
         for plan in plans:
             plan.notes["step"] = {"budget_bytes": self.budget, "held_by_earlier_graphs_bytes": held,
-                                  "reserved_for_later_graphs_bytes": self.reserved[0],
-                                  "kept_by_later_graphs_bytes": self.reserved[1], "calls_per_step": self.repeats,
+                                  "reserved_for_later_graphs_bytes": self._later()[0],
+                                  "kept_by_later_graphs_bytes": self._later()[1], "calls_per_step": self.repeats,
                                   "graph_budget_bytes": plan.budget_bytes, **({"over_bytes": over} if over and over > 0 else {})}
 
     def _cannot_leave(self, refusal: BudgetError, inputs: list) -> BudgetError:
@@ -212,11 +226,17 @@ class StepGraph:
         _, least = self._least(inputs, refusal.least_bytes)  # a compile that will not run
         error = BudgetError(
             f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: a later graph "
-            f"of the step needs {format_bytes(self.reserved[0])} while this graph is held, and this graph's "
+            f"of the step needs {format_bytes(self._later()[0])} while this graph is held{self._handed_said()}, "
+            f"and this graph's "
             f"least-memory plan with that counted between its forward and backward needs {format_bytes(least)}. "
             f"Allowed: a budget of at least {least} bytes ({format_bytes(least)}) for the step.", least)
         error.floor_bytes = refusal.floor_bytes
         return error
+
+    def _handed_said(self) -> str:
+        if self.reserved[0] >= self.handed_back:
+            return ""
+        return " (the gradients of its outputs, which the step's later work hands back before its backward)"
 
     def _compile_within(self, inputs: list, nbytes: int) -> Callable:
         """Compiled so that its ``repeats`` calls of a step fit ``nbytes`` together. Raises
@@ -237,7 +257,7 @@ class StepGraph:
         that, the plan that holds least (``holding_least``) is taken where its calls fit, and
         otherwise names the least budget in the ``BudgetError``."""
         if self.repeats == 1:
-            return self._compile_once(inputs, nbytes, self.reserved)
+            return self._compile_once(inputs, nbytes, self._later())
         earlier = self.repeats - 1
         figures = self._figures()
         need = None
@@ -245,8 +265,8 @@ class StepGraph:
         for _ in range(_LEAST_PROBES + 1):
             peak, hold, grads = figures
             if need is None:
-                need = (earlier - 1) * hold + max(peak, hold + self.reserved[0])
-            later = (need, earlier * grads + self.reserved[1])
+                need = (earlier - 1) * hold + max(peak, hold + self._later()[0])
+            later = (need, earlier * grads + self._later()[1])
             try:
                 compiled = self._compile_once(inputs, nbytes, later)
             except Exception as error:  # noqa: BLE001
@@ -283,7 +303,7 @@ class StepGraph:
     def _calls_need(self, peak: int, hold: int, grads: int) -> int:
         """What ``repeats`` calls of a plan need together (``_compile_within``)."""
         k = self.repeats
-        return max((k - 1) * max(hold, grads) + self.reserved[1] + peak, k * hold + self.reserved[0])
+        return max((k - 1) * max(hold, grads) + self._later()[1] + peak, k * hold + self._later()[0])
 
     def _figures(self) -> tuple[int, int, int]:
         """The plan just compiled: its own peak (without the later graphs' need it was given),
@@ -337,6 +357,18 @@ class StepGraph:
         _HELD[entry] = (self, self.saved_bytes + sum(storages.values()))
         node.register_hook(lambda grad_inputs, grad_outputs: _leave(entry))
         weakref.finalize(node, _leave, entry)  # an autograd graph freed without a backward
+
+
+def _handed_back_bytes(gm: torch.fx.GraphModule) -> int:
+    """The bytes of the gradients of ``gm``'s outputs that need one and are more than a scalar
+    (Dynamo's ``example_value``): the step's later work makes them before this graph's backward
+    can start, so they are alive at its turn, beside what it holds."""
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    if output is None:
+        return 0
+    values = [n.meta.get("example_value") for n in output.all_input_nodes]
+    return sum(tensor_bytes(v) for v in values
+               if isinstance(v, torch.Tensor) and v.requires_grad and v.numel() > 1)
 
 
 def _saved_beside_outputs(plans) -> int:

@@ -123,6 +123,22 @@ def test_a_saved_value_the_graph_returns_is_held_once():
     assert abs(measured - predicted) <= 0.01 * predicted, (measured, predicted)
 
 
+def test_a_first_graph_leaves_the_gradients_of_its_outputs_from_its_first_step():
+    """Before any later graph has run, a graph that returns more than a scalar loss knows the
+    work after it hands back its outputs' gradients before its backward: they are counted at
+    its turn from the first plan on (Hugging Face GPT-2's logits: 1.65 GB at batch 8, which
+    its first step ran over by). A scalar loss hands back nothing worth counting."""
+    model, x, _ = _setup()
+    since = fxremat.inspect.plan_count()
+    _step(_compiled(model, 100_000_000), model, x)
+    first, second = fxremat.inspect.plans_since(since)
+    output_grad_bytes = BATCH * W * 8
+    assert first.notes["step"]["reserved_for_later_graphs_bytes"] == output_grad_bytes
+    turn = next(r for r in first.timeline_records() if r["phase"] == "between")
+    assert turn["by_kind"]["later graphs"] == output_grad_bytes
+    assert second.notes["step"]["reserved_for_later_graphs_bytes"] == 0  # the loss: a scalar
+
+
 def test_earlier_graphs_are_planned_again_to_leave_a_later_graph_its_least():
     # A deep first graph (8 blocks) holds much across a shallow second one (2 blocks).
     model, x, eager_grads = _setup(8, 2)
