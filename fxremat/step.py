@@ -224,19 +224,16 @@ class StepGraph:
         runs within what this one then holds); the refusal may name the graph's floor, so
         its least is found first."""
         _, least = self._least(inputs, refusal.least_bytes)  # a compile that will not run
+        need = format_bytes(self._later()[0])
+        later = (f"a later graph of the step needs {need} while this graph is held" if self.reserved[0] >= self.handed_back
+                 else f"the work after this graph hands back the gradients of its outputs ({need}) before its backward")
         error = BudgetError(
-            f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: a later graph "
-            f"of the step needs {format_bytes(self._later()[0])} while this graph is held{self._handed_said()}, "
-            f"and this graph's "
-            f"least-memory plan with that counted between its forward and backward needs {format_bytes(least)}. "
-            f"Allowed: a budget of at least {least} bytes ({format_bytes(least)}) for the step.", least)
+            f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: {later}, and "
+            f"this graph's least-memory plan with that counted between its forward and backward needs "
+            f"{format_bytes(least)}. Allowed: a budget of at least {least} bytes ({format_bytes(least)}) for the step.",
+            least)
         error.floor_bytes = refusal.floor_bytes
         return error
-
-    def _handed_said(self) -> str:
-        if self.reserved[0] >= self.handed_back:
-            return ""
-        return " (the gradients of its outputs, which the step's later work hands back before its backward)"
 
     def _compile_within(self, inputs: list, nbytes: int) -> Callable:
         """Compiled so that its ``repeats`` calls of a step fit ``nbytes`` together. Raises

@@ -279,3 +279,26 @@ def test_too_many_calls_for_the_budget_raise_naming_a_budget_that_fits():
     _settled(model, x)
     _assert_grads(model, eager_grads)
     assert _measured_step_peak(model, model, x) <= least * 1.001
+
+
+def test_a_loss_in_eager_code_after_the_compiled_model_is_left_its_gradient():
+    """One compiled graph returning logits, the loss computed eagerly after it: the logits'
+    gradient exists at the graph's turn, so it is counted there, and a budget that cannot
+    leave it is refused saying so (not as a later graph that never ran)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(W, 4 * W), nn.GELU(), nn.Linear(4 * W, 8 * W)).double()
+    x, y = torch.randn(BATCH, W, dtype=torch.double), torch.randint(0, 8 * W, (BATCH,))
+    logits_bytes = BATCH * 8 * W * 8
+    compiled = _compiled(model, 100_000_000)
+    F.cross_entropy(compiled(x), y).backward()
+    plan = fxremat.inspect.plans()[-1]
+    assert plan.notes["step"]["reserved_for_later_graphs_bytes"] == logits_bytes
+    compiled = _compiled(model, plan.predicted_peak_bytes // 2)
+    with pytest.raises(fxremat.BudgetError) as error:
+        F.cross_entropy(compiled(x), y).backward()
+    message = str(error.value)
+    assert "the work after this graph hands back the gradients of its outputs" in message, message
+    least = error.value.least_bytes
+    assert least is not None and plan.predicted_peak_bytes // 2 < least
+    compiled = _compiled(model, least)
+    F.cross_entropy(compiled(x), y).backward()  # the budget it names is met
