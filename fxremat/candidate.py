@@ -100,6 +100,11 @@ class Context:
         log.log(logging.INFO if elapsed >= PROGRESS_AFTER_S else logging.DEBUG, "graph %s (%d nodes, %.1f s): %s",
                 self.graph_id, len(self.by_name), elapsed, what)
 
+    @property
+    def user_outputs(self) -> list[fx.Node]:
+        """The forward's outputs the caller gets (not the values saved for the backward)."""
+        return [n for n in self.classes.fwd_outputs[:self.num_fwd_outputs] if isinstance(n, fx.Node)]
+
     def saved_nodes(self, names) -> list[fx.Node]:
         """The joint graph's nodes named in ``names``, in graph order: reproducible."""
         return [self.by_name[name] for name in self.problem.nodes if name in names]
@@ -219,7 +224,7 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
     if recomputed is None:
         recomputed = [recomputed_entry(n, n.name) for n in bwd.graph.nodes
                       if n.op == "call_function" and n.name in fwd_names]
-    returned = {storage_of(n) for n in ctx.classes.fwd_outputs[:ctx.num_fwd_outputs] if isinstance(n, fx.Node)}
+    returned = {storage_of(n) for n in ctx.user_outputs}
     inductor = ctx.options.compiler == "inductor"
     timeline = predict(fwd, bwd, ctx.num_fwd_outputs, relaid_inputs(fwd) if inductor else set(), fusion=inductor,
                        hold_outputs=ctx.options.hold_outputs, workspace=scratch_model(inductor),

@@ -4,7 +4,6 @@ Algorithm 1: exact, O(L^4 S), fewer stages)."""
 
 from __future__ import annotations
 
-import torch.fx as fx
 
 from .. import chain
 from ..candidate import Candidate
@@ -23,7 +22,7 @@ def search(problem: StagedProblem) -> Candidate:
     # (``outside``), GPT-2's logits and their gradient (1.65 GB each at batch 8) stood at the
     # turn beside the later graphs' need, and the DP's least plan moved every recomputation
     # after it (its backward then predicted 4.39 GB where the DP saw room).
-    outputs = [n for n in ctx.classes.fwd_outputs[:ctx.num_fwd_outputs] if isinstance(n, fx.Node)]
+    outputs = ctx.user_outputs
     tangents = tangent_bytes(ctx)
     problem.outside -= tangents
     need, kept = ctx.options.later_graphs_bytes
