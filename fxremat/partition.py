@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import torch.fx as fx
 
-from . import _compat, costmodel, dynamic, joint as joint_graph, ranks, sizes, tradeoff
+from . import _compat, costmodel, dynamic, joint as joint_graph, memo, ranks, sizes, tradeoff
 from .candidate import Candidate, Context, log
 from .fx_passes import mark_predicted_levels
 from .options import Options, format_bytes
@@ -92,6 +92,11 @@ def _partition(joint: fx.GraphModule, num_fwd_outputs: int, options: Options,
 
 def _plan(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
     """The plan of the prepared graph ``ctx`` (``_partition``'s steps 3 to 5)."""
+    with memo.planning():  # each node's bytes and scratch found once for all candidates
+        return _plan_memoized(ctx, joint_inputs, started)
+
+
+def _plan_memoized(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.GraphModule, fx.GraphModule, Plan]:
     options = ctx.options
     mincut_plan = mincut_strategy.traffic_optimal(ctx)
     peak = mincut_plan.peak

@@ -12,7 +12,7 @@ import sympy
 import torch
 import torch.fx as fx
 
-from . import _compat, aliasing
+from . import _compat, aliasing, memo
 
 
 # Data-dependent (unbacked) size symbols planned at an assumed value since the last
@@ -114,6 +114,10 @@ def flat_tensors(val) -> list[torch.Tensor]:
 
 def node_bytes(node: fx.Node) -> int:
     """Bytes of the value(s) the node produces (all items of a multi-output node)."""
+    return memo.per_meta("bytes", node, _node_bytes)
+
+
+def _node_bytes(node: fx.Node) -> int:
     return sum(tensor_bytes(t) for t in flat_tensors(node.meta.get("val")))
 
 

@@ -280,6 +280,7 @@ def _lazy_constant(node: fx.Node) -> bool:
             and all(r.op == "call_function" for r in readers(node)))
 
 
+_NONE: frozenset[str] = frozenset()
 _CONV_BACKWARD = torch.ops.aten.convolution_backward.default
 _CONVOLUTIONS = (torch.ops.aten.convolution.default, _CONV_BACKWARD)
 _CAT = torch.ops.aten.cat.default
@@ -321,7 +322,9 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             continue
         if node.op == "output":
             continue
-        reads = frozenset().union(*(needs.get(a, frozenset()) for a in node.all_input_nodes))
+        inputs = node.all_input_nodes
+        reads = (needs.get(inputs[0], _NONE) if len(inputs) == 1 else
+                 _NONE.union(*[needs.get(a, _NONE) for a in inputs]))
         allocates: dict[str, int] = {}
         if fusion and inlining.copied(node):
             # a view Inductor copies to a buffer of its own, its base inlined (_copied_view)
@@ -412,7 +415,8 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                 allocates[f"{phase}:{node.name}:workspace"] = scratch
         # Inductor writes in place only from kernels it generates, not library calls.
         in_place = fusion and inlining.fusible(node) and node not in addmms
-        steps.append(Step(node.name, allocates=allocates, reads=sorted(reads), phase=phase, in_place=in_place))
+        steps.append(Step(node.name, allocates=allocates, reads=sorted(reads) if len(reads) > 1 else list(reads),
+                          phase=phase, in_place=in_place))
     return steps, {n.name: s for n, s in storage.items()}
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import oplib
+from . import memo, oplib
 from ._compat import real_tensors
 from .aliasing import is_alias
 from .lite import NODES
@@ -63,6 +63,10 @@ def library_workspace_bytes(node: Any) -> int:
     device of its inputs (CPU: the profiler's allocation events; CUDA: the allocator's peak).
     A call that does not run on random inputs counts 0, and the log says so.
     Cost: one run of each distinct call per process."""
+    return memo.per_meta("library scratch", node, _scratch_bytes)
+
+
+def _scratch_bytes(node: Any) -> int:
     if not is_library_call(node):
         return 0
     key = _key(node)
@@ -93,6 +97,10 @@ def scratch_model(inductor: bool) -> Callable[[Any], int]:
 
 
 def _on_cuda_only(node: Any) -> int:
+    return memo.per_meta("cuda scratch", node, _cuda_scratch)
+
+
+def _cuda_scratch(node: Any) -> int:
     val = node.meta.get("val")
     vals = val if isinstance(val, (list, tuple)) else [val]
     if not any(isinstance(v, torch.Tensor) and v.device.type == "cuda" for v in vals):

@@ -83,8 +83,8 @@ def test_every_scored_candidate_predicts_its_fx_peak(monkeypatch, make, kwargs, 
     checked = []
     real_make = staged.StagedProblem.make
 
-    def make_probe(self, schedule):
-        probe = real_make(self, schedule)
+    def make_probe(self, schedule, **kw):
+        probe = real_make(self, schedule, **kw)
         if probe is not None and probe.candidate.rebuild is not None:
             light_peak, light_estimate = probe.peak, self.ctx.estimate(probe.candidate)
             probe.candidate.realize()  # raises if the FX graphs predict another peak

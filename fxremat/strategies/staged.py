@@ -16,7 +16,7 @@ from ..joint import differentiable_inputs
 from ..options import format_bytes
 from ..passes import rotor as rotor_dp
 from ..plans import BudgetError, below_minimum
-from ..sizes import node_bytes, storage_bytes, storage_node, storage_of
+from ..sizes import handed_over_bytes, node_bytes, storage_bytes, storage_node, storage_of
 from . import mincut as mincut_strategy
 
 LEAST_LADDER = 4  # model budgets probed above the least one when its plan does not fit
@@ -161,11 +161,18 @@ class StagedProblem:
     # sequence -> candidate, shared with this saved set's other searches (``Context.memo``)
     scored: dict[str, Candidate] = dataclasses.field(default_factory=dict)
 
-    def make(self, schedule: Schedule | None) -> Probe | None:
-        """The probe of ``schedule`` (None for none); nearby model budgets share plans."""
+    def make(self, schedule: Schedule | None, unless_above: int | None = None) -> Probe | None:
+        """The probe of ``schedule`` (None for none); nearby model budgets share plans.
+        ``unless_above``: None instead when the bytes its forward hands the backward (a lower
+        bound of its peak, ``handed_over_bytes``) are over both that and the budget: a probe
+        that can neither fit nor predict less than ``unless_above`` (the least-memory ladder)."""
         if schedule is None:
             return None
         key = rotor_dp.format_sequence(schedule.sequence)
+        if key not in self.built and key not in self.scored and unless_above is not None:
+            saved, _ = self._saved(schedule)
+            if handed_over_bytes(saved, self.ctx.input_names) > max(unless_above, self.budget):
+                return None
         if key not in self.built:
             self.ctx.progress(f"{self.solver.name}: scoring plan {len(self.built) + 1} ({len(self.lin.stages)} stages, "
                               f"{self.solver.name}'s model makespan {schedule.makespan * 1e3:.3f} ms)")
@@ -195,7 +202,9 @@ class StagedProblem:
                              f"the least-memory {self.solver.name} plan ({len(self.lin.stages)} stages)",
                              least_candidate=least.candidate)
 
-    def _build(self, schedule: Schedule, light: bool = False) -> Candidate:
+    def _saved(self, schedule: Schedule) -> tuple[list[fx.Node], set]:
+        """What the forward of ``schedule`` saves, in graph order, and which (operation,
+        node) copies its backward keeps alive (``emit.backward_reads``)."""
         from .. import emit
 
         ctx, lin = self.ctx, self.lin
@@ -209,6 +218,13 @@ class StagedProblem:
             raise KeyError(f"fxremat {self.solver.name}: the backward reads {missing}, which the forward does not keep")
         saved = [n for n in ctx.joint.graph.nodes
                  if n in self.syms or (n in reads and (n in kept or _compat.is_primal(n)))]
+        return saved, alive
+
+    def _build(self, schedule: Schedule, light: bool = False) -> Candidate:
+        from .. import emit
+
+        ctx, lin = self.ctx, self.lin
+        saved, alive = self._saved(schedule)
         fwd, template = extract(ctx, saved, backward_template=True, light=light)
         bwd, recomputed, _ = emit.emit_backward(template, ctx.joint, lin, schedule.sequence,
                                                 ctx.classes.bwd_outputs, alive)
@@ -273,7 +289,9 @@ def search_model_budget(problem: StagedProblem, solve_at: Callable[[float], Sche
         probes = [least]
         for k in range(1, LEAST_LADDER + 1):
             model_budget = least_model * (most_model / least_model) ** (k / (LEAST_LADDER + 1))
-            found = make(solve_at(model_budget))
+            # A rung whose saved bytes alone are over the budget and the least peak so far
+            # can change neither outcome: not built (most rungs of the least-memory search).
+            found = make(solve_at(model_budget), unless_above=min(p.peak for p in probes))
             if found is not None:
                 probes.append(found)
                 if fits(found):
