@@ -49,7 +49,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from . import oplib
+from . import memo, oplib
 from .aliasing import is_alias, readers, storage_node
 from .devices import (A100_80GB, A100_80GB_PCIE, CALIBRATION_VERSION, DEFAULT_CPU, GPU_PROFILES, H100_PCIE, H100_SXM,
                       H200, DeviceProfile, cache_dir, calibrate_cpu, cpu_profile, dtype_class, gpu_profile, profile_for)
@@ -137,6 +137,10 @@ def node_flops(node: fx.Node) -> float:
     """FLOPs of one op: torch's flop-counter formula if it has one, otherwise one per
     output element (``TRANSCENDENTAL_FLOPS`` for transcendental pointwise ops; reductions
     one per input element). Views and non-kernels: 0."""
+    return memo.per_meta("flops", node, _node_flops)
+
+
+def _node_flops(node: fx.Node) -> float:
     if not _is_kernel(node):
         return 0.0
     packet = _packet(node)
@@ -241,13 +245,14 @@ def inlined_constants(gm: fx.GraphModule) -> set[fx.Node]:
     return inlined
 
 
-def kernel_groups(gm: fx.GraphModule) -> list[list[fx.Node]]:
+def kernel_groups(gm: fx.GraphModule, inlined: set[fx.Node] | None = None) -> list[list[fx.Node]]:
     """The graph's kernels as Inductor would make them: each fusible op joins the kernel
     of every fusible op it reads (through views) unless a library kernel (matmul,
     convolution, any unfusible op) lies on a path between them, which would make the
     fused kernel both feed and wait for it; other ops run alone. In graph order (a
-    kernel sits at its first node), each kernel's nodes in graph order."""
-    inlined = inlined_constants(gm)
+    kernel sits at its first node), each kernel's nodes in graph order. ``inlined``: the
+    graph's ``inlined_constants``, if the caller has them."""
+    inlined = inlined_constants(gm) if inlined is None else inlined
     nodes = [n for n in gm.graph.nodes if _is_kernel(n) and n not in inlined]
     depth = _extern_depth([n for n in gm.graph.nodes if n.op == "call_function"])
     parent = {n: n for n in nodes}
@@ -390,7 +395,7 @@ def estimate_graph(gm: fx.GraphModule, profile: DeviceProfile | str | None = Non
     ``timer``: measure kernels instead (``OpTimer``)."""
     profile = profile_for(profile)
     inlined, inlining = inlined_constants(gm), Inlining()
-    kernels = [estimate_group(g, profile, tf32, timer, inlined, inlining) for g in kernel_groups(gm)]
+    kernels = [estimate_group(g, profile, tf32, timer, inlined, inlining) for g in kernel_groups(gm, inlined)]
     if timer is not None:
         timer.save()
     return GraphEstimate(sum(k.seconds for k in kernels), kernels, profile.name)
@@ -405,7 +410,7 @@ def node_costs(gm: fx.GraphModule, profile: DeviceProfile | str | None = None,
     profile = profile_for(profile)
     inlined, inlining = inlined_constants(gm), Inlining()
     costs: dict[fx.Node, float] = {}
-    for group in kernel_groups(gm):
+    for group in kernel_groups(gm, inlined):
         seconds = estimate_group(group, profile, timer=timer, inlined=inlined, inlining=inlining).seconds
         costs.update((n, seconds / len(group)) for n in group)
     if timer is not None:

@@ -58,9 +58,13 @@ def _with_checkmate(traffic: staged.SavedSet, rotor_result: Candidate, budget: i
     """Rotor's plan, or Checkmate's where the stages form a small DAG and its plan is
     estimated faster; and why."""
     ctx = traffic.ctx
-    lin, cost = staged.linearize(ctx, traffic.backward, traffic.saved, CHECKMATE_MAX_STAGES)
-    skips = stage_graph.build(lin, cost, ctx.input_names).skips if lin.stages else 0
-    if skips == 0 or len(lin.stages) > CHECKMATE_MAX_STAGES:
+    # The same for every budget: found once per graph (a fraction's two searches ask both).
+    key = ("checkmate's stages", tuple(n.name for n in traffic.saved))
+    if key not in ctx.memo:
+        lin, cost = staged.linearize(ctx, traffic.backward, traffic.saved, CHECKMATE_MAX_STAGES)
+        ctx.memo[key] = len(lin.stages), stage_graph.build(lin, cost, ctx.input_names).skips if lin.stages else 0
+    stages, skips = ctx.memo[key]
+    if skips == 0 or stages > CHECKMATE_MAX_STAGES:
         shape = ("a chain of stages" if skips == 0 else
                  f"a DAG that does not merge into {CHECKMATE_MAX_STAGES} stages or fewer (Checkmate's ILP "
                  f"would be slow to compile; ask for solver='checkmate' to use it)")
