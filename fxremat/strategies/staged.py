@@ -49,9 +49,12 @@ def saved_sets(ctx: Context, mincut_saved: SavedSet) -> list[SavedSet]:
     found = [mincut_saved]
     if "lean" not in SAVED_SETS:
         return found
-    saved, banned = mincut_strategy.lean(ctx)
-    if set(saved) != set(mincut_saved.saved):
-        _, bwd = extract(ctx, saved, light=True)  # read for its ops' names only
+    if "lean saved set" not in ctx.memo:  # the same for every budget: found once per graph
+        saved, banned = mincut_strategy.lean(ctx)
+        ctx.memo["lean saved set"] = (saved, banned, None if set(saved) == set(mincut_saved.saved) else
+                                      extract(ctx, saved, light=True)[1])  # its backward: read for its ops' names
+    saved, banned, bwd = ctx.memo["lean saved set"]
+    if bwd is not None:
         ctx.costs()  # one cost model for every saved set
         found.append(SavedSet("lean", dataclasses.replace(ctx, banned=banned), bwd, saved))
     return found
@@ -109,13 +112,17 @@ def linearize(ctx: Context, backward: fx.GraphModule, saved: list[fx.Node], max_
     chain solvers."""
     from .. import chain
 
-    in_backward = {n.name for n in backward.graph.nodes if n.op == "call_function"}
-    backward_nodes = [n for n in ctx.joint.graph.nodes if n.name in in_backward]
+    in_backward = frozenset(n.name for n in backward.graph.nodes if n.op == "call_function")
     cost = ctx.costs()
-    lin = chain.linearize(ctx.joint, ctx.classes.forward, ctx.classes.required_forward, ctx.input_names,
-                          backward_nodes, set(saved), cost, max_stages=max_stages,
-                          differentiable=differentiable_inputs(ctx.joint, ctx.classes), weigh_memory=weigh_memory)
-    return lin, cost
+    # The same for every budget: found once per graph (a fraction's two searches ask both).
+    key = ("linearization", tuple(n.name for n in saved), in_backward, max_stages, weigh_memory)
+    if key not in ctx.memo:
+        backward_nodes = [n for n in ctx.joint.graph.nodes if n.name in in_backward]
+        ctx.memo[key] = chain.linearize(ctx.joint, ctx.classes.forward, ctx.classes.required_forward, ctx.input_names,
+                                        backward_nodes, set(saved), cost, max_stages=max_stages,
+                                        differentiable=differentiable_inputs(ctx.joint, ctx.classes),
+                                        weigh_memory=weigh_memory)
+    return ctx.memo[key], cost
 
 
 @dataclasses.dataclass
