@@ -176,3 +176,48 @@ def test_planning_runs_on_a_fresh_stack_as_the_caller():
         assert _compat.on_fresh_stack(state) == (context, fake, True, False) == state()
     assert _compat.on_fresh_stack(state) == (None, None, False, True) == state()
 
+
+
+def test_the_least_memory_ladder_builds_only_rungs_that_can_matter(monkeypatch):
+    """Asked for its least-memory plan (the fraction 0.0), Rotor's ladder skips the rungs
+    whose saved bytes alone are over the least peak so far: the same plan as building every
+    rung, from fewer candidates."""
+    built = []
+    real_build = staged.StagedProblem._build
+
+    def build(self, schedule, light=False):
+        built.append(schedule)
+        return real_build(self, schedule, light)
+
+    monkeypatch.setattr(staged.StagedProblem, "_build", build)
+    kwargs, options = dict(batch=2, seq=32, layers=4), {"memory_budget": 0.0, "solver": "rotor", "compiler": "eager"}
+    pruned = _plan(models.make_transformer, kwargs, options)
+    pruned_builds = len(built)
+    built.clear()
+    monkeypatch.setattr(staged, "handed_over_bytes", lambda *args: 0)  # a bound that never skips
+    every = _plan(models.make_transformer, kwargs, options)
+    assert [(p.predicted_peak_bytes, p.saved, p.sequence) for p in pruned] == \
+        [(p.predicted_peak_bytes, p.saved, p.sequence) for p in every]
+    assert 0 < pruned_builds < len(built)
+
+
+def test_a_nodes_facts_are_remembered_only_while_it_is_planned(monkeypatch):
+    """``memo.per_meta`` answers once for a node and its light copies while a graph is
+    planned (the same plan, from far fewer questions), then forgets: no graph stays alive
+    through the memo after planning."""
+    import contextlib
+
+    from fxremat import memo, sizes
+
+    asked = []
+    real = sizes._node_bytes
+    monkeypatch.setattr(sizes, "_node_bytes", lambda node: asked.append(node) or real(node))
+    kwargs, options = dict(batch=2, seq=16, layers=2), {"memory_budget": 0.5, "compiler": "eager"}
+    remembered = _plan(models.make_transformer, kwargs, options)
+    assert memo._MEMO.get() is None
+    with_memo = len(asked)
+    asked.clear()
+    monkeypatch.setattr(memo, "planning", contextlib.nullcontext)
+    afresh = _plan(models.make_transformer, kwargs, options)
+    assert [(p.predicted_peak_bytes, p.saved) for p in remembered] == [(p.predicted_peak_bytes, p.saved) for p in afresh]
+    assert 0 < 3 * with_memo < len(asked)
