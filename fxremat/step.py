@@ -211,10 +211,11 @@ class StepGraph:
                      max((p.predicted_peak_bytes for p in plans), default=0))
         self.graph_ids = ", ".join(p.graph_id for p in plans)
         self.warned = bool(over and over > 0)  # this step's excess is said already
+        later_need, later_kept = self._later()
         for plan in plans:
             plan.notes["step"] = {"budget_bytes": self.budget, "held_by_earlier_graphs_bytes": held,
-                                  "reserved_for_later_graphs_bytes": self._later()[0],
-                                  "kept_by_later_graphs_bytes": self._later()[1], "calls_per_step": self.repeats,
+                                  "reserved_for_later_graphs_bytes": later_need,
+                                  "kept_by_later_graphs_bytes": later_kept, "calls_per_step": self.repeats,
                                   "graph_budget_bytes": plan.budget_bytes, **({"over_bytes": over} if over and over > 0 else {})}
 
     def _cannot_leave(self, refusal: BudgetError, inputs: list) -> BudgetError:
@@ -299,8 +300,8 @@ class StepGraph:
 
     def _calls_need(self, peak: int, hold: int, grads: int) -> int:
         """What ``repeats`` calls of a plan need together (``_compile_within``)."""
-        k = self.repeats
-        return max((k - 1) * max(hold, grads) + self._later()[1] + peak, k * hold + self._later()[0])
+        k, (later_need, later_kept) = self.repeats, self._later()
+        return max((k - 1) * max(hold, grads) + later_kept + peak, k * hold + later_need)
 
     def _figures(self) -> tuple[int, int, int]:
         """The plan just compiled: its own peak (without the later graphs' need it was given),

@@ -185,9 +185,9 @@ def test_the_least_memory_ladder_builds_only_rungs_that_can_matter(monkeypatch):
     built = []
     real_build = staged.StagedProblem._build
 
-    def build(self, schedule, light=False):
+    def build(self, schedule, light=False, **kw):
         built.append(schedule)
-        return real_build(self, schedule, light)
+        return real_build(self, schedule, light, **kw)
 
     monkeypatch.setattr(staged.StagedProblem, "_build", build)
     kwargs, options = dict(batch=2, seq=32, layers=4), {"memory_budget": 0.0, "solver": "rotor", "compiler": "eager"}

@@ -4,7 +4,6 @@ Algorithm 1: exact, O(L^4 S), fewer stages)."""
 
 from __future__ import annotations
 
-
 from .. import chain
 from ..candidate import Candidate
 from ..passes import rotor as rotor_dp

@@ -176,16 +176,17 @@ class StagedProblem:
         if schedule is None:
             return None
         key = rotor_dp.format_sequence(schedule.sequence)
+        known = None  # what the schedule saves, when the bound below had to find it
         if key not in self.built and key not in self.scored and unless_above is not None:
-            saved, _ = self._saved(schedule)
-            if handed_over_bytes(saved, self.ctx.input_names) > max(unless_above, self.budget):
+            known = self._saved(schedule)
+            if handed_over_bytes(known[0], self.ctx.input_names) > max(unless_above, self.budget):
                 return None
         if key not in self.built:
             self.ctx.progress(f"{self.solver.name}: scoring plan {len(self.built) + 1} ({len(self.lin.stages)} stages, "
                               f"{self.solver.name}'s model makespan {schedule.makespan * 1e3:.3f} ms)")
             scored = self.scored.get(key)
             if scored is None:  # not scored by an earlier search (released ones are rebuilt if chosen)
-                scored = self.scored[key] = self._build(schedule, light=True)
+                scored = self.scored[key] = self._build(schedule, light=True, known=known)
                 scored.rebuild = lambda: self._build(schedule)
             scored.plan.budget_bytes = self.budget
             probe = self.built[key] = Probe(schedule, scored)
@@ -227,11 +228,12 @@ class StagedProblem:
                  if n in self.syms or (n in reads and (n in kept or _compat.is_primal(n)))]
         return saved, alive
 
-    def _build(self, schedule: Schedule, light: bool = False) -> Candidate:
+    def _build(self, schedule: Schedule, light: bool = False, known: tuple | None = None) -> Candidate:
+        """The candidate of ``schedule``; ``known``: its ``_saved``, if found already."""
         from .. import emit
 
         ctx, lin = self.ctx, self.lin
-        saved, alive = self._saved(schedule)
+        saved, alive = known or self._saved(schedule)
         fwd, template = extract(ctx, saved, backward_template=True, light=light)
         bwd, recomputed, _ = emit.emit_backward(template, ctx.joint, lin, schedule.sequence,
                                                 ctx.classes.bwd_outputs, alive)
