@@ -88,6 +88,33 @@ def inductor_realize_thresholds(device_type: str) -> dict[str, int]:
     return {"reads": int(c.realize_reads_threshold), "ops": int(ops), "acc_reads": int(acc), "max_ops": 100}
 
 
+@functools.cache
+def inductor_tells_loop_reuse_apart() -> bool:
+    """Does this torch's Inductor tell a broadcast's loop reuse from graph fan-out
+    (``StorageBox.mark_reuse(..., graph_reuse=)``, torch 2.13; not 2.11): a broadcast value
+    is then written for a heavy or long body only, not for loading many buffers."""
+    from torch._inductor import ir
+
+    return "graph_reuse" in inspect.signature(ir.StorageBox.mark_reuse).parameters
+
+
+def inductor_writes_every_cat(device_type: str) -> bool:
+    """Does Inductor write every concatenation to a buffer of its own on this device
+    (``lowering.cat``: on CPU always a ``ConcatKernel``, whose pointwise inputs are computed
+    into its slices; on GPU often a pointwise kernel inlined into its readers)?"""
+    import torch._inductor.config as c
+
+    return device_type == "cpu" and not c.force_pointwise_cat
+
+
+def inductor_falls_back(node) -> bool:
+    """Does Inductor run this op as its ATen kernel (``lowering.fallbacks``: flash
+    attention's CPU kernels, ``convolution_backward``, ...) rather than code of its own?"""
+    from torch._inductor import lowering
+
+    return node.op == "call_function" and node.target in lowering.fallbacks
+
+
 def inductor_config_keys() -> set[str]:
     import torch._inductor.config as inductor_config
 

@@ -164,5 +164,62 @@ def is_fusible(node: fx.Node) -> bool:
     return bool(_flags(node) & _FUSIBLE) and not is_random(node)
 
 
+@functools.cache
+def _gathers() -> frozenset:
+    # Lowered by Inductor as pointwise kernels that load through an index tensor
+    # (``lowering.py``: ``embedding``, ``gather``, ``index``, ``_unsafe_index``,
+    # ``_unsafe_masked_index``), so inlined into their readers as any pointwise value.
+    names = ("embedding.default", "gather.default", "index.Tensor", "_unsafe_index.Tensor",
+             "_unsafe_masked_index.default")
+    return frozenset(getattr(getattr(aten, packet), overload) for packet, overload in (n.split(".") for n in names)
+                     if hasattr(aten, packet) and hasattr(getattr(aten, packet), overload))
+
+
+@functools.cache
+def _index_puts() -> frozenset:
+    names = ("index_put", "_unsafe_index_put", "_unsafe_masked_index_put_accumulate")
+    return frozenset(getattr(aten, n).default for n in names if hasattr(aten, n))
+
+
+def _integer_indices(node: fx.Node) -> bool:
+    """Are the op's index arguments (schema names ``indices``, ``index``) integer tensors?
+    An index by a boolean mask has a data-dependent size: Inductor calls the library."""
+    for i, argument in enumerate(node.target._schema.arguments):
+        if argument.name not in ("indices", "index"):
+            continue
+        value = node.args[i] if i < len(node.args) else node.kwargs.get(argument.name)
+        for index in (value if isinstance(value, (list, tuple)) else [value]):
+            val = index.meta.get("val") if isinstance(index, NODES) else None
+            if isinstance(index, NODES) and (not isinstance(val, torch.Tensor) or val.dtype.is_floating_point
+                                             or val.dtype in (torch.bool, torch.uint8)):
+                return False
+    return True
+
+
+def is_inductor_pointwise(node: fx.Node) -> bool:
+    """Does Inductor lower this op as a kernel its readers can inline (``is_fusible``, or a
+    gather through integer indices: ``embedding``, ``gather``, ``index``)?"""
+    if is_fusible(node):
+        return True
+    return node.op == "call_function" and node.target in _gathers() and _integer_indices(node)
+
+
+def is_index_put(node: fx.Node) -> bool:
+    """An ``index_put`` that Inductor lowers as a scatter kernel into the tensor it writes
+    into (``lowering.py::index_put_impl_``), not as a library call: integer indices."""
+    return node.op == "call_function" and node.target in _index_puts() and _integer_indices(node)
+
+
+def loads_lazily(reader: fx.Node, value: fx.Node) -> bool:
+    """Does Inductor's lowering of ``reader`` load ``value`` inside its own kernel, so an
+    inlined ``value`` needs no buffer? Its pointwise and reduction kernels do
+    (``is_inductor_pointwise``), and so does an ``index_put`` for its indices and values
+    (``lowering.py::index_put_impl_``: a scatter kernel; the tensor it writes into is
+    written first): an embedding's gradient reads the positions ``iota`` inlined."""
+    if is_inductor_pointwise(reader):
+        return True
+    return is_index_put(reader) and reader.args[0] is not value
+
+
 def fusible_pair(producer: fx.Node, user: fx.Node) -> bool:
     return is_fusible(producer) and is_fusible(user)

@@ -71,9 +71,10 @@ def _inlinable(node: fx.Node, memo: Inlining) -> bool:
         return False
     if folded_mm(node) is not None:
         return False  # computed as addmm, a library call
+    if node.target is _CAT and _compat.inductor_writes_every_cat(_device_type(node)):
+        return False  # a concatenation kernel of its own, its inputs computed into its slices
     readers = memo.readers(node)
-    return len(readers) > 0 and all(r.op == "call_function" and ((memo.fusible(node) and memo.fusible(r))
-                                                                 or memo.copied_view(r))
+    return len(readers) > 0 and all(r.op == "call_function" and (oplib.loads_lazily(r, node) or memo.copied_view(r))
                                     for r in readers)
 
 
@@ -110,12 +111,13 @@ class Inlining:
         self._fusible: dict[fx.Node, bool] = {}
         self._copied_view: dict[fx.Node, bool] = {}
         self._readers: dict[fx.Node, list[fx.Node]] = {}
+        self._loop_reuse_apart = _compat.inductor_tells_loop_reuse_apart()
 
     def fusible(self, node: fx.Node) -> bool:
-        """``oplib.is_fusible``, memoized."""
+        """``oplib.is_inductor_pointwise``, memoized."""
         found = self._fusible.get(node)
         if found is None:
-            found = self._fusible[node] = oplib.is_fusible(node)
+            found = self._fusible[node] = oplib.is_inductor_pointwise(node)
         return found
 
     def copied_view(self, node: fx.Node) -> bool:
@@ -142,6 +144,34 @@ class Inlining:
             return False  # (a copied view has a base node: _copied_view)
         self._get(view.args[0])
         return view in self._copies
+
+    def _broadcast(self, node: fx.Node) -> bool:
+        """Is ``node`` read broadcast to a larger shape, by a pointwise reader or an
+        ``expand``?"""
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            return False
+        size = val.numel()
+
+        def larger(n: fx.Node) -> bool:
+            out = n.meta.get("val")
+            return isinstance(out, torch.Tensor) and out.numel() > size
+
+        return (any(u.target is _EXPAND and larger(u) for u in node.users)
+                or any(self.fusible(r) and not oplib.is_reduction(r) and larger(r) for r in self.readers(node)))
+
+    def _copied_views(self, node: fx.Node) -> list[fx.Node]:
+        """The views of ``node`` that Inductor copies (``_copied_view``): its own, and those
+        of its views that are not copied (a ``clone`` reshaped twice before its ``mm``:
+        the attention's q, k, v gradients stacked for the input projection)."""
+        found, stack = [], list(node.users)
+        while stack:
+            user = stack.pop()
+            if self.copied_view(user):
+                found.append(user)
+            elif oplib.is_view(user) and not oplib.is_getitem(user):
+                stack.extend(user.users)
+        return found
 
     def _get(self, node: fx.Node):
         stack = [(node, False)]
@@ -186,9 +216,16 @@ class Inlining:
         limit = self._limits[device]
         nops = len(ops) + len(loads)  # Inductor counts loads as ops too
         several = len(self.readers(n)) > 1
-        copies = [u for u in n.users if self.copied_view(u)]
+        # A reader that broadcasts the value loads each element many times: Inductor's
+        # ``expand`` asks the same question as for several readers, its read count
+        # aside on a torch that tells loop reuse from graph fan-out (a cross entropy's
+        # log-sum-exp, a heavy ``log``, is written before the log-probabilities read it).
+        broadcast = self._broadcast(n)
+        fanout = several or (broadcast and not self._loop_reuse_apart)
+        copies = self._copied_views(n)
         written = (len(loads) > limit["acc_reads"] or nops > limit["max_ops"]
-                   or (several and (heavy or len(loads) > limit["reads"] or nops > limit["ops"]))
+                   or ((several or broadcast) and (heavy or nops > limit["ops"]))
+                   or (fanout and len(loads) > limit["reads"])
                    or (copies and len(big_loads) > 1))  # realize_hint: see _copied_view
         if written:
             return False, frozenset([n.name]), frozenset(), False, _big(n)
@@ -205,6 +242,7 @@ def _big(node: fx.Node) -> frozenset[str]:
 
 _MM = torch.ops.aten.mm.default
 _ADD = torch.ops.aten.add.Tensor
+_EXPAND = torch.ops.aten.expand.default
 
 
 def products_kept_apart(gm: fx.GraphModule) -> list[fx.Node]:
@@ -371,6 +409,13 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             storage[node] = f"{phase}:{node.name}"
             needs[node] = frozenset([storage[node]])
             allocates = {storage[node]: node_bytes(node)}
+        if deferred and fusion and oplib.is_index_put(node):
+            # Inductor scatters into a copy of what it is given, made in the scatter's own
+            # buffer: a constant read by nothing else is never made (the zeros an
+            # embedding's gradient accumulates into).
+            target = node.args[0]
+            if _lazy_constant(target) and readers(target) == [node]:
+                deferred.pop(storage[target], None)
         if deferred and (allocates or is_multi_output(node)):  # a kernel or library call runs here
             for s in reads:
                 if s in deferred:
@@ -413,8 +458,10 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             scratch = workspace(node)
             if scratch:
                 allocates[f"{phase}:{node.name}:workspace"] = scratch
-        # Inductor writes in place only from kernels it generates, not library calls.
-        in_place = fusion and inlining.fusible(node) and node not in addmms
+        # Inductor writes in place only from kernels it generates, not library calls, and
+        # not from a gather (its loads go through an index, not the place it writes); an
+        # index_put scatters into the tensor it is given (an embedding gradient's zeros).
+        in_place = fusion and (oplib.is_fusible(node) or oplib.is_index_put(node)) and node not in addmms
         steps.append(Step(node.name, allocates=allocates, reads=sorted(reads) if len(reads) > 1 else list(reads),
                           phase=phase, in_place=in_place))
     return steps, {n.name: s for n, s in storage.items()}

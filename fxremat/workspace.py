@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from . import memo, oplib
-from ._compat import real_tensors
+from ._compat import inductor_falls_back, real_tensors
 from .aliasing import is_alias
 from .lite import NODES
 from .optimer import _random_like, _spec
@@ -84,26 +84,30 @@ def _scratch_bytes(node: Any) -> int:
 def scratch_model(inductor: bool) -> Callable[[Any], int]:
     """The ``workspace`` the timeline counts for each node (``timeline.predict``), one rule for
     every caller. Op by op, every library call's measured scratch (``library_workspace_bytes``).
-    Through Inductor, the library calls on CUDA only: Inductor runs them as extern kernels
-    (cuDNN convolutions, memory-efficient attention's backward) that take their workspace from
-    the caching allocator, which ``max_memory_allocated`` counts (an H200 measured 2.1 MB in
-    each attention backward of issue #26's decoder, unpredicted); on CPU, Inductor's library
-    calls are modelled in ``timeline.py`` (oneDNN's channels-last copies).
+    Through Inductor, the library calls it runs as extern kernels: on CUDA every one (cuDNN
+    convolutions, memory-efficient attention's backward take their workspace from the
+    caching allocator, which ``max_memory_allocated`` counts: an H200 measured 2.1 MB in each
+    attention backward of issue #26's decoder, unpredicted); on CPU the ops Inductor falls
+    back to ATen for (``_compat.inductor_falls_back``): flash attention's CPU kernels take
+    per-thread buffers from c10's allocator (256 KiB in each attention backward of the
+    decoder, 2 threads: the measured peak). Inductor's CPU convolutions are modelled in
+    ``timeline.py`` (oneDNN's channels-last copies) and not asked here.
 
-    >>> scratch_model(inductor=True) is _on_cuda_only
+    >>> scratch_model(inductor=True) is _extern_scratch
     True
     """
-    return _on_cuda_only if inductor else library_workspace_bytes
+    return _extern_scratch if inductor else library_workspace_bytes
 
 
-def _on_cuda_only(node: Any) -> int:
-    return memo.per_meta("cuda scratch", node, _cuda_scratch)
+def _extern_scratch(node: Any) -> int:
+    return memo.per_meta("extern scratch", node, _extern_scratch_bytes)
 
 
-def _cuda_scratch(node: Any) -> int:
+def _extern_scratch_bytes(node: Any) -> int:
     val = node.meta.get("val")
     vals = val if isinstance(val, (list, tuple)) else [val]
-    if not any(isinstance(v, torch.Tensor) and v.device.type == "cuda" for v in vals):
+    on_cuda = any(isinstance(v, torch.Tensor) and v.device.type == "cuda" for v in vals)
+    if not on_cuda and not inductor_falls_back(node):
         return 0
     return library_workspace_bytes(node)
 

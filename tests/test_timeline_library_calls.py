@@ -173,21 +173,47 @@ def _embedding_like_backward(relu_default, w, idx, tangents_1):
     return (aten.index_put.default(zeros, [idx], big, True), None, None)
 
 
-def test_a_constant_is_allocated_at_its_first_kernel_not_where_the_graph_puts_it():
+def _embedding_like_graphs(backward):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     x, w = torch.randn(N, N), torch.randn(N, N)
     fwd = aten_graph(_forward, x)
     # make_fx records the constructor (symbolic_trace would fold it into a constant)
-    bwd = make_fx(_embedding_like_backward)(torch.relu(x), w, torch.arange(N), torch.tensor(1.0))
+    bwd = make_fx(backward)(torch.relu(x), w, torch.arange(N), torch.tensor(1.0))
     for node, name in zip(bwd.graph.find_nodes(op="placeholder"), ["relu_default", "w", "idx", "tangents_1"]):
         node._rename(name)  # as the partitioner names them: the saved value and the tangent
     assert [n.name for n in bwd.graph.find_nodes(op="placeholder")] == ["relu_default", "w", "idx", "tangents_1"]
     names = {n.target: n.name for n in bwd.graph.nodes if n.op == "call_function"}
+    return predict(fwd, bwd, 1, fusion=True), names
+
+
+def test_the_zeros_an_index_put_scatters_into_are_made_in_its_own_buffer():
+    """Inductor lowers ``index_put`` as a copy of the tensor it is given, written in the
+    scatter's buffer, then the scatter (``lowering.py::index_put_impl_``): zeros that nothing
+    else reads are never made apart (an embedding's gradient), and not at the graph's top
+    where AOTAutograd puts them."""
+    timeline, names = _embedding_like_graphs(_embedding_like_backward)
     full, mm, index_put = names[aten.full.default], names[aten.mm.default], names[aten.index_put.default]
-    timeline = predict(fwd, bwd, 1, fusion=True)
+    assert f"backward:{full}" not in {s for step in timeline.steps for s in step.allocates}, timeline.as_records()
     assert f"backward:{full}" not in _live_at(timeline, mm), timeline.as_records()
     step = next(s for s in timeline.steps if s.name == index_put)
+    assert step.allocates == {f"backward:{index_put}": N * N * 4}, timeline.as_records()
+
+
+def _constant_into_a_library_call_backward(relu_default, w, idx, tangents_1):
+    ones = aten.full.default([N, N], 1.0, dtype=torch.float32, layout=torch.strided,
+                             device=torch.device("cpu"), pin_memory=False)
+    g = aten.mul.Tensor(relu_default, tangents_1)
+    big = aten.mm.default(g, w)  # a library call before the constant is needed
+    return (aten.mm.default(ones, big), None, None)
+
+
+def test_a_constant_is_allocated_at_its_first_kernel_not_where_the_graph_puts_it():
+    timeline, names = _embedding_like_graphs(_constant_into_a_library_call_backward)
+    full = names[aten.full.default]
+    first_mm, second_mm = [n for n in (s.name for s in timeline.steps if s.phase == "backward") if n.startswith("mm")]
+    assert f"backward:{full}" not in _live_at(timeline, first_mm), timeline.as_records()
+    step = next(s for s in timeline.steps if s.name == second_mm)
     assert f"backward:{full}" in step.allocates, timeline.as_records()
 
 
