@@ -98,6 +98,23 @@ def inductor_tells_loop_reuse_apart() -> bool:
     return "graph_reuse" in inspect.signature(ir.StorageBox.mark_reuse).parameters
 
 
+@functools.cache
+def inductor_heavy_ops_on_cpu() -> frozenset[str]:
+    """The ops whose use makes Inductor write a CPU value read more than once
+    (``StorageBox.should_realize_on_reuse``'s ``heavy_ops``: exp and sigmoid on torch 2.11;
+    logarithms and tanh too on 2.13), read from the installed torch's source."""
+    from torch._inductor import ir
+
+    try:
+        source = inspect.getsource(ir.StorageBox.should_realize_on_reuse)
+        found = re.search(r"heavy_ops\s*=\s*\[([^\]]*)\]", source)
+        if found:
+            return frozenset(re.findall(r"[\"']([\w.]+)[\"']", found.group(1)))
+    except (OSError, TypeError):
+        pass
+    return frozenset({"exp", "sigmoid"})  # the list since torch 2.1
+
+
 def inductor_writes_every_cat(device_type: str) -> bool:
     """Does Inductor write every concatenation to a buffer of its own on this device
     (``lowering.cat``: on CPU always a ``ConcatKernel``, whose pointwise inputs are computed

@@ -78,10 +78,12 @@ def _inlinable(node: fx.Node, memo: Inlining) -> bool:
                                     for r in readers)
 
 
-# Ops Inductor calls heavy on CPU (``StorageBox.should_realize_on_reuse``): a value using
-# one is written once when several ops read it rather than recomputed in each.
-_HEAVY_ON_CPU = frozenset({"exp", "exp2", "log", "log10", "log1p", "log2", "sigmoid", "tanh", "silu",
-                           "softplus", "mish", "logit"})
+# The ops each aten op's Inductor body uses that Inductor may call heavy on CPU
+# (``StorageBox.should_realize_on_reuse``: a value using one is written once when several
+# ops read it rather than recomputed in each; which ones, ``_compat.inductor_heavy_ops_on_cpu``).
+_USES_ON_CPU = {"exp": {"exp"}, "exp2": {"exp2"}, "log": {"log"}, "log10": {"log10"}, "log1p": {"log1p"},
+                "log2": {"log2"}, "sigmoid": {"sigmoid"}, "tanh": {"tanh"}, "silu": {"sigmoid"},
+                "softplus": {"exp", "log1p"}, "mish": {"exp", "log1p", "tanh"}, "logit": {"log"}}
 
 
 class Inlining:
@@ -210,7 +212,8 @@ class Inlining:
         val = n.meta.get("val")
         device = val.device.type if isinstance(val, torch.Tensor) else "cpu"
         if device == "cpu" and getattr(n.target, "overloadpacket", None) is not None:
-            heavy = heavy or n.target.overloadpacket.__name__ in _HEAVY_ON_CPU
+            uses = _USES_ON_CPU.get(n.target.overloadpacket.__name__)
+            heavy = heavy or (uses is not None and not uses.isdisjoint(_compat.inductor_heavy_ops_on_cpu()))
         if device not in self._limits:
             self._limits[device] = _compat.inductor_realize_thresholds(device)
         limit = self._limits[device]

@@ -110,10 +110,10 @@ def _step(model, batch, options):
 
 
 @pytest.fixture
-def fresh_inductor(monkeypatch):
+def fresh_inductor():
     # Every graph compiled here, not taken from a cache (whose hit skips the lowering seen).
-    monkeypatch.setattr(torch._functorch.config, "enable_autograd_cache", False)
-    monkeypatch.setattr(torch._inductor.config, "fx_graph_cache", False)
+    with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False):
+        yield
 
 
 def test_the_decoders_least_plan_writes_what_inductor_writes_and_measures_its_prediction(monkeypatch, fresh_inductor):
