@@ -1,0 +1,57 @@
+"""Predicted against measured peak of one frontier model's training step, through Inductor.
+
+    python bench/prediction_check.py MODEL [--scale small] [--budget 0.0] [--solver auto]
+
+Builds ``MODEL`` from ``bench/frontier_models.py`` (``decoder``, ``llama``, ``unet``, ...),
+compiles it with ``backend="fxremat"`` at the budget (a fraction, or bytes; 1.0 for no budget),
+runs two steps, and measures the third with the profiler's allocation events
+(``fxremat.measure.measure_peak_bytes``), gradients set to None first. Prints one JSON line:
+each graph's predicted peak and the step's measured peak. Caches are off, so every graph is
+planned and lowered in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import fxremat  # noqa: E402
+import frontier_models  # noqa: E402
+from fxremat.measure import measure_peak_bytes  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", choices=frontier_models.MODELS)
+    parser.add_argument("--scale", default="small", choices=frontier_models.SCALES)
+    parser.add_argument("--budget", default="1.0", help="a fraction (with a point) or bytes; 1.0: no budget")
+    parser.add_argument("--solver", default="auto")
+    args = parser.parse_args()
+    budget = float(args.budget) if "." in args.budget else int(args.budget)
+    options = {} if budget == 1.0 else {"memory_budget": budget, "solver": args.solver}
+    torch.manual_seed(0)
+    built = frontier_models.build(args.model, args.scale)
+    with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False):
+        compiled = torch.compile(built.model, backend="fxremat", options=options)
+
+        def step():
+            built.model.zero_grad(set_to_none=True)
+            compiled(*built.batch).backward()
+
+        step()
+        step()
+        measured = measure_peak_bytes(step)["peak_bytes"]
+    print(json.dumps({"model": args.model, "scale": args.scale, "budget": budget, "solver": args.solver,
+                      "torch": torch.__version__, "threads": torch.get_num_threads(),
+                      "predicted_peak_bytes": [p.predicted_peak_bytes for p in fxremat.inspect.plans()],
+                      "measured_peak_bytes": measured}))
+
+
+if __name__ == "__main__":
+    main()
