@@ -20,7 +20,7 @@ from . import _compat, oplib
 from .aliasing import is_alias, readers, storage_node
 from .lite import NODES
 from .passes.memory import Step, Timeline, simulate
-from .sizes import (flat_tensors, is_multi_output, node_bytes, node_bytes_expr, storage_of, tensor_bytes,
+from .sizes import (_hint, flat_tensors, is_multi_output, node_bytes, node_bytes_expr, storage_of, tensor_bytes,
                     tensor_bytes_expr)
 
 _node_bytes, _tensor_bytes = node_bytes, tensor_bytes  # _graph_steps' names for them, when not symbolic
@@ -153,11 +153,11 @@ class Inlining:
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             return False
-        size = val.numel()
+        size = _hint(val.numel())  # a symbolic size by its hint: planning adds no guard
 
         def larger(n: fx.Node) -> bool:
             out = n.meta.get("val")
-            return isinstance(out, torch.Tensor) and out.numel() > size
+            return isinstance(out, torch.Tensor) and _hint(out.numel()) > size
 
         return (any(u.target is _EXPAND and larger(u) for u in node.users)
                 or any(self.fusible(r) and not oplib.is_reduction(r) and larger(r) for r in self.readers(node)))
