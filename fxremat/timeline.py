@@ -74,7 +74,8 @@ def _inlinable(node: fx.Node, memo: Inlining) -> bool:
     if node.target is _CAT and _compat.inductor_writes_every_cat(_device_type(node)):
         return False  # a concatenation kernel of its own, its inputs computed into its slices
     readers = memo.readers(node)
-    return len(readers) > 0 and all(r.op == "call_function" and (oplib.loads_lazily(r, node) or memo.copied_view(r))
+    return len(readers) > 0 and all(r.op == "call_function"
+                                    and (memo.fusible(r) or oplib.loads_lazily(r, node) or memo.copied_view(r))
                                     for r in readers)
 
 
@@ -223,7 +224,9 @@ class Inlining:
         # ``expand`` asks the same question as for several readers, its read count
         # aside on a torch that tells loop reuse from graph fan-out (a cross entropy's
         # log-sum-exp, a heavy ``log``, is written before the log-probabilities read it).
-        broadcast = self._broadcast(n)
+        # (asked only where it can change the answer: the readers' shapes are walked)
+        broadcast = (not several and (heavy or nops > limit["ops"] or len(loads) > limit["reads"])
+                     and self._broadcast(n))
         fanout = several or (broadcast and not self._loop_reuse_apart)
         copies = self._copied_views(n)
         written = (len(loads) > limit["acc_reads"] or nops > limit["max_ops"]
