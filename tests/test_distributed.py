@@ -7,6 +7,7 @@ Each rank's gradients equal single-process eager PyTorch's on the two ranks' bat
 wrappers average them), and both ranks make the same plans. Every run has a timeout and fails
 clearly; nothing hangs."""
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -19,7 +20,8 @@ import torch.multiprocessing as mp
 
 from fxremat import models
 
-TIMEOUT_S = 240
+TIMEOUT_S = 240  # a whole two-rank run (about 10-25 s alone on 2 cores)
+COLLECTIVE_TIMEOUT_S = 180  # one collective: the other rank may still be compiling
 BATCH = dict(b=4, t=16, dim=64)
 
 
@@ -42,12 +44,9 @@ def _model():
 
 
 def _worker(rank, world, port, folder, order, optimize_ddp, budget, cost_model="roofline", steps=1):
-    import torch.distributed as dist
-
     import fxremat
     from fxremat.measure import measure_peak_bytes
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if cost_model == "measured":
         # Each rank its own timing cache, and rank 1 a device a thousand times slower on every
         # library kernel: left alone, the ranks would cost plans apart.
@@ -63,8 +62,7 @@ def _worker(rank, world, port, folder, order, optimize_ddp, budget, cost_model="
 
         workspace._measure = lambda node: 256 * 1024
         order = order.removesuffix("+scratch")
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with _process_group(rank, world, port):
         torch._dynamo.config.optimize_ddp = optimize_ddp
         model = _model()
         options = {"compiler": "eager", "memory_budget": budget, "cost_model": cost_model}
@@ -101,8 +99,25 @@ def _worker(rank, world, port, folder, order, optimize_ddp, budget, cost_model="
                  for p in fxremat.inspect.plans()]
         grads = [_full(p.grad).detach().clone() for p in _parameters(step)]
         torch.save({"plans": plans, "grads": grads, "peaks": peaks}, os.path.join(folder, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
+
+
+@contextlib.contextmanager
+def _process_group(rank: int, world: int, port: int):
+    """The default gloo group for the block. Collectives give up after ``COLLECTIVE_TIMEOUT_S``
+    rather than wait forever. At a normal end the ranks meet in a barrier before they take it
+    down: a rank that tears down (rank 0 also takes the store with it) while the other still
+    talks to it can leave that one waiting. After an error, nothing is taken down: the rank
+    exits and ``_spawn`` ends the others."""
+    import datetime
+
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    yield
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def _full(grad):
@@ -124,24 +139,37 @@ def _run(order, optimize_ddp, budget, cost_model="roofline", steps=1):
 def _spawn(worker, args, what: str) -> list:
     """``worker(rank, 2, port, folder, *args)`` on 2 ranks, each saving ``folder/rank<r>.pt``:
     what they saved; a run past ``TIMEOUT_S`` is killed and fails the test with each rank's
-    Python stacks at that moment (where it waits)."""
+    Python stacks at that moment (where it waits). No rank outlives the test: a rank left
+    running would hold pytest's output open after the suite ends."""
     import time
 
     folder = tempfile.mkdtemp(prefix="fxremat-ranks-")
     context = mp.start_processes(_with_stacks, args=(2, _free_port(), folder, worker, *args), nprocs=2, join=False,
-                                 start_method="spawn")
+                                 daemon=True, start_method="spawn")
     deadline = time.monotonic() + TIMEOUT_S
-    while not context.join(timeout=5):
-        if time.monotonic() > deadline:
-            for process in context.processes:
-                os.kill(process.pid, signal.SIGUSR1)
-            time.sleep(3)
-            for process in context.processes:
+    try:
+        while not context.join(timeout=5):
+            if time.monotonic() > deadline:
+                running = [p for p in context.processes if p.is_alive()]
+                for process in running:
+                    _signal(process.pid, signal.SIGUSR1)
+                time.sleep(3)
+                stacks = "\n".join(f"--- rank {r} ({'running' if context.processes[r] in running else 'ended'}) ---\n"
+                                    + _read(os.path.join(folder, f"rank{r}.stacks")) for r in range(2))
+                pytest.fail(f"{what} did not finish in {TIMEOUT_S} s; the ranks' stacks then:\n{stacks}")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
                 process.kill()
-            stacks = "\n".join(f"--- rank {r} ---\n" + _read(os.path.join(folder, f"rank{r}.stacks"))
-                                for r in range(2))
-            pytest.fail(f"{what} did not finish in {TIMEOUT_S} s; the ranks' stacks then:\n{stacks}")
+                process.join(timeout=10)
     return [torch.load(os.path.join(folder, f"rank{r}.pt")) for r in range(2)]
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
 
 
 def _with_stacks(rank, world, port, folder, worker, *args):
@@ -249,14 +277,10 @@ class _Gathered(torch.nn.Module):
 def _collective_worker(rank, world, port, folder):
     import copy
 
-    import torch.distributed as dist
-
     import fxremat
     from fxremat import oplib
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    with _process_group(rank, world, port):
         model = _Gathered().double()
         reference = copy.deepcopy(model)
         x = torch.randn(256, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(rank))
@@ -272,8 +296,6 @@ def _collective_worker(rank, world, port, folder):
         torch.save({"solver": plan.solver, "recomputed": [d["name"] for d in plan.recomputed],
                     "saved": [d["name"] for d in plan.saved], "collectives": collectives, "worst": worst},
                    os.path.join(folder, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
 
 
 def test_collectives_are_never_recomputed_nor_run_by_the_planner(capfd):
@@ -289,3 +311,22 @@ def test_collectives_are_never_recomputed_nor_run_by_the_planner(capfd):
         assert rank["collectives"] == []
         assert rank["worst"] <= 1e-12, rank["worst"]
     assert "unwaited collective" not in capfd.readouterr().err
+
+
+def _one_rank_hangs(rank, world, port, folder):
+    import time
+
+    if rank == 1:
+        time.sleep(3600)
+    torch.save({}, os.path.join(folder, f"rank{rank}.pt"))
+
+
+def test_a_rank_that_hangs_fails_the_test_and_does_not_outlive_it(monkeypatch):
+    """The harness itself: rank 0 ends, rank 1 never does. ``_spawn`` fails with rank 1's
+    stack and kills it (on CI, a rank left running once held the finished suite open until
+    the job's time limit)."""
+    monkeypatch.setattr(__import__(__name__), "TIMEOUT_S", 8)
+    started = set(mp.active_children())
+    with pytest.raises(pytest.fail.Exception, match=r"(?s)did not finish in 8 s.*rank 1 \(running\).*in _one_rank_hangs"):
+        _spawn(_one_rank_hangs, (), "a hanging rank")
+    assert not [p for p in mp.active_children() if p not in started and p.is_alive()]
