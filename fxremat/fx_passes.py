@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 
-from . import _compat, lite
+from . import _compat, lite, oplib
 from .passes.memory import Timeline
 from .timeline import folded_mm, products_kept_apart
 
@@ -63,6 +63,20 @@ def mark_recomputation_windows(bwd: fx.GraphModule, forward_names: set[str]) -> 
         recomputing = recomputed
         node.meta[_compat.SEGMENT_KEY] = window
     return bwd
+
+
+def mark_call_windows(gm: fx.GraphModule) -> fx.GraphModule:
+    """Number, on every node (``_compat.CALL_WINDOW_KEY``), the library calls (matmuls,
+    convolutions, attention, Inductor's ATen fallbacks) up to it: Inductor then fuses
+    kernels that read nothing from each other only between the same two calls
+    (``_compat.install_segment_fusion_guard``), so each kernel runs where the timeline puts it."""
+    window = 0
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        window += oplib.is_compute_intensive(node) or _compat.inductor_falls_back(node)
+        node.meta[_compat.CALL_WINDOW_KEY] = window
+    return gm
 
 
 def mark_predicted_levels(fwd: fx.GraphModule, bwd: fx.GraphModule, timeline: Timeline) -> None:

@@ -27,7 +27,7 @@ import torch.fx as fx
 
 from . import _compat, costmodel, dynamic, joint as joint_graph, memo, ranks, sizes, tradeoff
 from .candidate import Candidate, Context, log
-from .fx_passes import mark_predicted_levels
+from .fx_passes import mark_call_windows, mark_predicted_levels
 from .options import Options, format_bytes
 from .floor import graph_floor
 from .plans import BudgetError, BudgetWarning, Plan, below_floor, graph_fingerprint, with_floor  # noqa: F401 (re-exported)
@@ -155,6 +155,7 @@ def _plan_memoized(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.
     # Planning builds many candidate graphs: their Python code is made only for the one that runs.
     plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code
     mark_predicted_levels(fwd, bwd, plan.timeline)
+    mark_call_windows(fwd), mark_call_windows(bwd)
     plan.step_modules = step_modules(fwd, bwd, plan.timeline)
     joint_graph.add_modules(plan.saved, plan.recomputed, ctx.joint, bwd)
     dynamic.warn_assumed(ctx, plan)
