@@ -456,9 +456,12 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                 copies += 1 if len(mask) > 1 and mask[1] else 0
             # A channel slice (of a concatenation's gradient, say) is not dense in
             # channels-last: the library copies it to a dense buffer first (measured on
-            # generated U-Nets: an empty_like the size of the sliced gradient).
+            # generated U-Nets: an empty_like the size of the sliced gradient). So is any
+            # view whose strides leave gaps: a ViT's patch gradient, its tokens sliced past
+            # the class token and permuted to channels (a clone the size of the view).
             activations = node.args[:2] if node.target is _CONV_BACKWARD else node.args[:1]
-            copies_bytes = sum(node_bytes(a) for a in activations if _channel_slice(a) or a in relaid_cats)
+            copies_bytes = sum(node_bytes(a) for a in activations
+                               if _channel_slice(a) or a in relaid_cats or _view_with_gaps(a))
             allocates[f"{phase}:{node.name}:workspace"] = copies * node_bytes(weight) + copies_bytes
         elif workspace is not None:  # op by op; through Inductor, CUDA's library calls (cuDNN's convolutions)
             scratch = workspace(node)
@@ -487,6 +490,23 @@ def _relaid_cat(cat: fx.Node, inlining: Inlining) -> bool:
 def _device_type(node: Any) -> str:
     val = node.meta.get("val")
     return val.device.type if isinstance(val, torch.Tensor) else "cpu"
+
+
+def _view_with_gaps(node: Any) -> bool:
+    """Is ``node`` a view whose elements do not fill their span (not non-overlapping and
+    dense, dimensions of size 1 ignored), so a library that needs dense memory copies it?"""
+    if not (isinstance(node, NODES) and is_alias(node)):
+        return False
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return False
+    dims = sorted((_hint(st), _hint(n)) for n, st in zip(val.shape, val.stride()) if _hint(n) != 1)
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return True
+        expected *= size
+    return False
 
 
 def _channel_slice(node: Any) -> bool:
