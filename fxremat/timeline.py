@@ -493,14 +493,17 @@ def _device_type(node: Any) -> str:
 
 
 def _view_with_gaps(node: Any) -> bool:
-    """Is ``node`` a view whose elements do not fill their span (not non-overlapping and
-    dense, dimensions of size 1 ignored), so a library that needs dense memory copies it?"""
+    """Is ``node`` a view whose elements leave gaps in their span (strides of a slice, not
+    of a broadcast; dimensions of size 1 ignored), so a library that needs dense memory
+    copies it?"""
     if not (isinstance(node, NODES) and is_alias(node)):
         return False
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor):
         return False
     dims = sorted((_hint(st), _hint(n)) for n, st in zip(val.shape, val.stride()) if _hint(n) != 1)
+    if any(stride == 0 for stride, _ in dims):
+        return False  # a broadcast (a loss's gradient expanded): read as it is, no copy measured
     expected = 1
     for stride, size in dims:
         if stride != expected:
