@@ -403,7 +403,8 @@ def _fuses_apart_across_calls(node1, node2) -> bool:
     w1, w2 = _call_windows(node1), _call_windows(node2)
     if not w1 or not w2 or not w1.isdisjoint(w2):
         return False
-    return not (node1.get_operation_names() & node2.ancestors or node2.get_operation_names() & node1.ancestors)
+    return (node1.get_operation_names().isdisjoint(node2.ancestors or ())
+            and node2.get_operation_names().isdisjoint(node1.ancestors or ()))
 
 
 class ScheduledNode(NamedTuple):
