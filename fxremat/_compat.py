@@ -450,8 +450,8 @@ def install_segment_fusion_guard() -> None:
     of a library call (``_fuses_apart_across_calls``): a Hugging Face Llama's four RMSNorm
     weight gradients, each summing over the saved residual-stream terms, were fused into one
     kernel at the end of the backward, and every weight gradient's matmul after it, holding
-    seven gradients and the MLP's saved values to the end (6% over the prediction at tiny
-    scale). Graphs without the marks (everything fxremat did not emit) are untouched.
+    seven gradients and the MLP's saved values to the end (a tiny Llama 11.9% over its
+    prediction, Inductor's buffer reuse holding more on top). Graphs without the marks (everything fxremat did not emit) are untouched.
     Idempotent."""
     global _fusion_guard_installed
     if _fusion_guard_installed:

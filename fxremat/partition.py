@@ -155,7 +155,8 @@ def _plan_memoized(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.
     # Planning builds many candidate graphs: their Python code is made only for the one that runs.
     plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code
     mark_predicted_levels(fwd, bwd, plan.timeline)
-    mark_call_windows(fwd), mark_call_windows(bwd)
+    mark_call_windows(fwd)
+    mark_call_windows(bwd)
     plan.step_modules = step_modules(fwd, bwd, plan.timeline)
     joint_graph.add_modules(plan.saved, plan.recomputed, ctx.joint, bwd)
     dynamic.warn_assumed(ctx, plan)
