@@ -362,12 +362,18 @@ def cpu_allocation_events(prof) -> list[tuple[int, int, int]]:
 SEGMENT_KEY = "fxremat_segment"
 
 
+def _origins(sub) -> Any:
+    """The FX nodes one kernel of a scheduler node was lowered from (Inductor's
+    ``origins``): where fxremat's marks on the graph it emitted are read back."""
+    return getattr(getattr(sub, "node", None), "origins", None) or ()
+
+
 def _segments(snode) -> set[int]:
     """The fxremat segments (``node.meta[SEGMENT_KEY]``) of the FX nodes a scheduler
     node was lowered from; empty for graphs fxremat did not emit."""
     found: set[int] = set()
     for sub in snode.get_nodes():
-        for origin in getattr(getattr(sub, "node", None), "origins", None) or ():
+        for origin in _origins(sub):
             segment = origin.meta.get(SEGMENT_KEY)
             if segment is not None:
                 found.add(segment)
@@ -388,8 +394,7 @@ def _call_windows(snode) -> set[int]:
     (the values inlined into it come from earlier ones); empty for graphs fxremat did not emit."""
     found: set[int] = set()
     for sub in snode.get_nodes():
-        windows = [origin.meta[CALL_WINDOW_KEY] for origin in getattr(getattr(sub, "node", None), "origins", None) or ()
-                   if CALL_WINDOW_KEY in origin.meta]
+        windows = [origin.meta[CALL_WINDOW_KEY] for origin in _origins(sub) if CALL_WINDOW_KEY in origin.meta]
         if windows:
             found.add(max(windows))
     return found
@@ -498,7 +503,7 @@ def _predicted_levels(snodes) -> tuple[list[int], int] | None:
     for snode in snodes:
         level = None
         for sub in snode.get_nodes():
-            for origin in getattr(getattr(sub, "node", None), "origins", None) or ():
+            for origin in _origins(sub):
                 found = origin.meta.get(LIVE_BYTES_KEY)
                 if found is not None:
                     level = found[0] if level is None else max(level, found[0])
