@@ -1,6 +1,6 @@
 """Predicted against measured peak of one frontier model's training step, through Inductor.
 
-    python bench/prediction_check.py MODEL [--scale small] [--budget 0.0] [--solver auto]
+    python bench/prediction_check.py MODEL [--scale small] [--budget 0.0] [--solver auto] [--inductor JSON]
 
 Builds ``MODEL`` from ``bench/frontier_models.py`` (``decoder``, ``llama``, ``unet``, ...),
 compiles it with ``backend="fxremat"`` at the budget (a fraction, or bytes; 1.0 for no budget),
@@ -32,9 +32,13 @@ def main() -> None:
     parser.add_argument("--scale", default="small", choices=frontier_models.SCALES)
     parser.add_argument("--budget", default="1.0", help="a fraction (with a point) or bytes; 1.0: no budget")
     parser.add_argument("--solver", default="auto")
+    parser.add_argument("--inductor", type=json.loads, default={},
+                        help='Inductor options as JSON, passed as options["inductor"]')
     args = parser.parse_args()
     budget = float(args.budget) if "." in args.budget else int(args.budget)
     options = {} if budget == 1.0 else {"memory_budget": budget, "solver": args.solver}
+    if args.inductor:
+        options["inductor"] = args.inductor
     torch.manual_seed(0)
     built = frontier_models.build(args.model, args.scale)
     with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False):
@@ -47,7 +51,7 @@ def main() -> None:
         step()
         step()
         measured = measure_peak_bytes(step)["peak_bytes"]
-    print(json.dumps({"model": args.model, "scale": args.scale, "budget": budget, "solver": args.solver,
+    print(json.dumps({"model": args.model, "scale": args.scale, "budget": budget, "solver": args.solver, "inductor": args.inductor,
                       "torch": torch.__version__, "threads": torch.get_num_threads(),
                       "predicted_peak_bytes": [p.predicted_peak_bytes for p in fxremat.inspect.plans()],
                       "measured_peak_bytes": measured}))

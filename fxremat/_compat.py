@@ -132,6 +132,12 @@ def inductor_falls_back(node) -> bool:
     return node.op == "call_function" and node.target in lowering.fallbacks
 
 
+def inductor_keeps_node_order() -> dict[str, bool]:
+    """Inductor options that keep the scheduler in the graph's node order (after fusion):
+    ``reorder_for_peak_memory`` off where this torch has it."""
+    return {"reorder_for_peak_memory": False} if "reorder_for_peak_memory" in inductor_config_keys() else {}
+
+
 def inductor_config_keys() -> set[str]:
     import torch._inductor.config as inductor_config
 

@@ -279,6 +279,22 @@ def test_inductor_buffer_reuse_without_the_planned_bound_warns(monkeypatch):
         backend.fxremat_backend(None, [], {"memory_budget": 1.0, "inductor": {"allow_buffer_reuse": True}})
 
 
+def test_inductor_keeps_the_plans_node_order_unless_told_otherwise(monkeypatch):
+    """Inductor's peak-memory reordering is off for the graphs fxremat plans (its estimate
+    is not the plan's); turning it back on under a budget warns."""
+    from fxremat import _compat, backend
+
+    if not _compat.inductor_keeps_node_order():
+        pytest.skip("this torch's Inductor has no peak-memory reordering")
+    seen = {}
+    monkeypatch.setattr(_compat, "compile_fx", lambda gm, inputs, config_patches: seen.update(config_patches))
+    backend.fxremat_backend(None, [], {})
+    assert seen["reorder_for_peak_memory"] is False
+    with pytest.warns(fxremat.BudgetWarning, match="reorder_for_peak_memory"):
+        backend.fxremat_backend(None, [], {"memory_budget": 1.0, "inductor": {"reorder_for_peak_memory": True}})
+    assert seen["reorder_for_peak_memory"] is True
+
+
 def test_byte_budget_that_fits_is_accepted():
     x = torch.randn(4096, requires_grad=True)
     f = torch.compile(_budget_fn, backend="fxremat", options={"compiler": "eager", "memory_budget": "1GiB"})
