@@ -8,7 +8,7 @@ import torch.fx as fx
 
 from . import _compat, lite, oplib
 from .passes.memory import Timeline
-from .timeline import folded_mm, products_kept_apart
+from .timeline import folded_mm, library_call, products_kept_apart
 
 
 def place_recomputations(bwd: fx.GraphModule, forward_names: set[str]) -> fx.GraphModule:
@@ -74,7 +74,7 @@ def mark_call_windows(gm: fx.GraphModule) -> fx.GraphModule:
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
-        window += oplib.is_compute_intensive(node) or _compat.inductor_falls_back(node)
+        window += library_call(node)
         node.meta[_compat.CALL_WINDOW_KEY] = window
     return gm
 

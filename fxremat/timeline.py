@@ -356,6 +356,12 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     deferred: dict[str, int] = {}  # constants not yet made: storage -> bytes
     base_of: dict[fx.Node, str | None] = {}  # storage_of of each node seen, which its views share
     relaid_cats: set[fx.Node] = set()  # concatenations Inductor copies for their convolutions (_relaid_cat)
+    # Inductor's C++ backend generates one function for all the kernels between two library
+    # calls and frees what they read for the last time only after it: all of that stretch's
+    # outputs are alive at once with its inputs (HF BERT's least plan: the embeddings'
+    # layer-norm backward, their three gradients and the last attention's input gradients in
+    # one function at the end of the backward, six 16 KiB buffers over the prediction).
+    kernel_groups = fusion and _graph_device_type(gm) == "cpu"
     for node in gm.graph.nodes:
         base = base_of[node] = _storage_of(node, base_of)
         if node.op == "placeholder":
@@ -471,8 +477,9 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         # not from a gather (its loads go through an index, not the place it writes); an
         # index_put scatters into the tensor it is given (an embedding gradient's zeros).
         in_place = fusion and (oplib.is_fusible(node) or oplib.is_index_put(node)) and node not in addmms
+        frees_late = kernel_groups and not library_call(node) and node not in addmms
         steps.append(Step(node.name, allocates=allocates, reads=sorted(reads) if len(reads) > 1 else list(reads),
-                          phase=phase, in_place=in_place))
+                          phase=phase, in_place=in_place, frees_late=frees_late))
     return steps, {n.name: s for n, s in storage.items()}
 
 
@@ -485,6 +492,20 @@ def _relaid_cat(cat: fx.Node, inlining: Inlining) -> bool:
                 for u in inlining.readers(cat))
             and any(a.op == "call_function" and not oplib.is_compute_intensive(a) and not oplib.is_getitem(a)
                     for a in cat.args[0] if isinstance(a, NODES)))
+
+
+def library_call(node: fx.Node) -> bool:
+    """Does Inductor run this op as a library call (an extern kernel: a matmul, convolution
+    or attention, or one of its ATen fallbacks) rather than as a kernel it generates?"""
+    return oplib.is_compute_intensive(node) or _compat.inductor_falls_back(node)
+
+
+def _graph_device_type(gm: fx.GraphModule) -> str:
+    """The device of the graph's first tensor (its inputs'); "cpu" for a graph without one."""
+    for node in gm.graph.nodes:
+        if isinstance(node.meta.get("val"), torch.Tensor):
+            return node.meta["val"].device.type
+    return "cpu"
 
 
 def _device_type(node: Any) -> str:

@@ -248,3 +248,35 @@ def test_inductor_runs_the_plans_node_order_not_its_peak_memory_reordering(monke
     assert 0.99 * plan.predicted_peak_bytes <= measured <= plan.predicted_peak_bytes, (
         measured, plan.predicted_peak_bytes)
     assert reordered == []
+
+
+def test_a_hugging_face_berts_last_kernels_free_what_they_read_after_them(fresh_inductor):
+    """Inductor's C++ backend generates one function for all its kernels between two library
+    calls, and frees the buffers they read only after it. At the end of a BERT's least-memory
+    backward that function holds the embeddings' layer-norm backward, the three embedding
+    gradients and the sum of the last attention's input gradients: those gradients, the
+    layer norm's intermediates and the word embeddings' 64 KiB gradient are alive at once
+    (6.8% over the prediction when the timeline freed each after its own op)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                     intermediate_size=256, max_position_embeddings=32, vocab_size=256,
+                                     use_cache=False, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    bert = transformers.BertForMaskedLM(config)
+    ids = torch.randint(0, 256, (2, 32))
+
+    class Loss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bert = bert
+
+        def forward(self, ids):
+            return self.bert(input_ids=ids, labels=ids).loss
+
+    step = _step(Loss(), (ids,), {"memory_budget": 0.0})
+    step()
+    step()
+    measured = measure_peak_bytes(step)["peak_bytes"]
+    (plan,) = fxremat.inspect.plans()
+    assert 0.99 * plan.predicted_peak_bytes <= measured <= 1.005 * plan.predicted_peak_bytes, (
+        measured, plan.predicted_peak_bytes)
