@@ -362,6 +362,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     # layer-norm backward, their three gradients and the last attention's input gradients in
     # one function at the end of the backward, six 16 KiB buffers over the prediction).
     kernel_groups = fusion and _graph_device_type(gm) == "cpu"
+    held: dict[fx.Node, list[Step]] = {}  # library call -> the steps of values written when it is lowered
     for node in gm.graph.nodes:
         base = base_of[node] = _storage_of(node, base_of)
         if node.op == "placeholder":
@@ -478,8 +479,14 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         # index_put scatters into the tensor it is given (an embedding gradient's zeros).
         in_place = fusion and (oplib.is_fusible(node) or oplib.is_index_put(node)) and node not in addmms
         frees_late = kernel_groups and not library_call(node) and node not in addmms
-        steps.append(Step(node.name, allocates=allocates, reads=sorted(reads) if len(reads) > 1 else list(reads),
-                          phase=phase, in_place=in_place, frees_late=frees_late))
+        step = Step(node.name, allocates=allocates, reads=sorted(reads) if len(reads) > 1 else list(reads),
+                    phase=phase, in_place=in_place, frees_late=frees_late)
+        steps.extend(held.pop(node, ()))
+        reader = _written_at_reader(node) if fusion and set(allocates) == {storage[node]} else None
+        if reader is not None and reader not in addmms and node not in addmms:
+            held.setdefault(reader, []).append(step)
+        else:
+            steps.append(step)
     return steps, {n.name: s for n, s in storage.items()}
 
 
@@ -498,6 +505,26 @@ def library_call(node: fx.Node) -> bool:
     """Does Inductor run this op as a library call (an extern kernel: a matmul, convolution
     or attention, or one of its ATen fallbacks) rather than as a kernel it generates?"""
     return oplib.is_compute_intensive(node) or _compat.inductor_falls_back(node)
+
+
+def _written_at_reader(node: fx.Node) -> fx.Node | None:
+    """The library call right before which Inductor computes this value, if that is not where
+    the graph puts it: a pointwise value with one reader, through views with one reader each,
+    that reader a library call (a clone of an attention's ``v`` for its ``bmm``). Inductor
+    writes such a value only when lowering that call (``ExternKernel.realize_input``):
+    ``GraphLowering.run_node`` realizes a value at its own node only for several readers,
+    an output, or too big a body to inline."""
+    if (node.op != "call_function" or not oplib.is_fusible(node) or oplib.is_view(node) or oplib.is_getitem(node)
+            or oplib.is_reduction(node) or is_multi_output(node) or _lazy_constant(node)):
+        return None
+    user = node
+    while True:
+        users = list(user.users)
+        if len(users) != 1 or users[0].op != "call_function":
+            return None
+        user = users[0]
+        if not oplib.is_view(user):
+            return user if library_call(user) else None
 
 
 def _graph_device_type(gm: fx.GraphModule) -> str:

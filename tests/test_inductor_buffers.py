@@ -280,3 +280,21 @@ def test_a_hugging_face_berts_last_kernels_free_what_they_read_after_them(fresh_
     (plan,) = fxremat.inspect.plans()
     assert 0.99 * plan.predicted_peak_bytes <= measured <= 1.005 * plan.predicted_peak_bytes, (
         measured, plan.predicted_peak_bytes)
+
+
+def test_the_transformers_least_plan_measures_its_prediction(fresh_inductor):
+    """The least plan recomputes each attention's ``qkv`` projection in the backward and clones
+    ``v`` out of it for the one ``bmm`` that reads it; Inductor computes that clone when it
+    lowers the ``bmm``, after another one, holding ``qkv`` until then
+    (``timeline._written_at_reader``; 2.8% over the prediction without it)."""
+    torch.manual_seed(0)
+    model = models.TransformerStack(dim=64, heads=4, layers=2)
+    batch = (torch.randn(2, 32, 64), torch.randn(2, 32, 64))
+    step = _step(model, batch, {"memory_budget": 0.0})
+    step()
+    step()
+    measured = measure_peak_bytes(step)["peak_bytes"]
+    (plan,) = fxremat.inspect.plans()
+    assert plan.recomputed
+    assert 0.99 * plan.predicted_peak_bytes <= measured <= plan.predicted_peak_bytes, (
+        measured, plan.predicted_peak_bytes)
