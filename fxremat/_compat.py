@@ -132,6 +132,33 @@ def inductor_falls_back(node) -> bool:
     return node.op == "call_function" and node.target in lowering.fallbacks
 
 
+def inductor_scatters_in_aten(node) -> bool:
+    """Does Inductor run this scatter-add (``scatter_add``, ``scatter_reduce``) as ATen's kernel,
+    an extern call (``lowering.scatter_fallback``): on CPU a summing scatter with more than one
+    thread (``cpp.fallback_scatter_reduce_sum``), a max-pool's backward among them? Asked of
+    Inductor's own rule (``utils.use_scatter_fallback``)."""
+    aten = torch.ops.aten
+    if node.op != "call_function" or node.target not in (aten.scatter_add.default, aten.scatter_reduce.two):
+        return False
+    reduce = "sum" if node.target is aten.scatter_add.default else (
+        node.args[4] if len(node.args) > 4 else node.kwargs.get("reduce"))
+    target, src = node.args[0], node.args[3] if len(node.args) > 3 else node.kwargs.get("src")
+    # a torch.fx node or a light copy of one (``lite``): read through ``meta``
+    target_val = target.meta.get("val") if hasattr(target, "meta") else None
+    src_val = src.meta.get("val") if hasattr(src, "meta") else None
+    if not isinstance(target_val, torch.Tensor):
+        return False
+    try:
+        from torch._inductor.utils import use_scatter_fallback
+
+        src_is_tensor = isinstance(src_val, torch.Tensor)
+        return bool(use_scatter_fallback(aten.scatter_reduce_.two, reduce, target_val.dtype,
+                                         src_val.dtype if src_is_tensor else type(src),
+                                         src_val.device.type if src_is_tensor else "not impl", src_is_tensor))
+    except (ImportError, TypeError):  # another torch's signature: a kernel of Inductor's own
+        return False
+
+
 def inductor_keeps_node_order() -> dict[str, bool]:
     """Inductor options that keep the scheduler in the graph's node order (after fusion):
     ``reorder_for_peak_memory`` off where this torch has it."""

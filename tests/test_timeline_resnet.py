@@ -88,36 +88,39 @@ def test_copies_to_channels_last_are_written_by_the_first_kernel():
     assert not any("w1" in s for s in allocated)
 
 
-def test_convolution_temporaries_are_weight_sized():
+def test_convolution_temporaries_are_weight_sized_plus_the_measured_scratchpad():
     """The forward convolution holds one weight-sized temporary, the backward two when it
-    computes the weight's gradient, not a copy of the incoming gradient (64 KiB here)."""
+    computes the weight's gradient, not a copy of the incoming gradient (64 KiB here); oneDNN's
+    scratchpad comes on top, measured on channels-last inputs (at most a few tens of KiB)."""
     fwd, bwd = _graphs()
     timeline = predict(fwd, bwd, 1, relaid_inputs(fwd), fusion=True)
     conv = _step(timeline, "convolution_default_1", "forward")
-    assert conv.allocates["forward:convolution_default_1:workspace"] == W3
+    assert W3 <= conv.allocates["forward:convolution_default_1:workspace"] <= W3 + 32 * 1024
     back = _step(timeline, "convolution_backward_default", "backward")
-    assert back.allocates["backward:convolution_backward_default:workspace"] == 2 * W3
+    scratch = back.allocates["backward:convolution_backward_default:workspace"]
+    assert 2 * W3 <= scratch <= 2 * W3 + 32 * 1024
     back_1x1 = _step(timeline, "convolution_backward_default_1", "backward")
-    assert back_1x1.allocates["backward:convolution_backward_default_1:workspace"] == 2 * W1
-    # while the 3x3 backward runs: its two outputs, the two temporaries, the saved copies of
-    # x and the 3x3 weight, the saved ReLU output, the loss and its gradient (the incoming
-    # gradient is an expand of the latter: never written)
+    assert 2 * W1 <= back_1x1.allocates["backward:convolution_backward_default_1:workspace"] <= 2 * W1 + 32 * 1024
+    # while the 3x3 backward runs: its two outputs, its workspace, the saved copies of x and
+    # the 3x3 weight, the saved ReLU output, the loss and its gradient (the incoming gradient
+    # is an expand of the latter: never written)
     index = timeline.steps.index(back)
-    assert timeline.live_bytes[index] == (ACT + W3) + 2 * W3 + (ACT + W3) + ACT + 8, timeline.as_records()
+    assert timeline.live_bytes[index] == (ACT + W3) + scratch + (ACT + W3) + ACT + 8, timeline.as_records()
 
 
 def test_on_cuda_a_convolution_counts_its_measured_library_workspace(monkeypatch):
     """Through Inductor on CUDA a convolution is an extern cuDNN call whose workspace the
     caching allocator counts: the timeline takes the measured scratch
-    (``workspace.scratch_model``), not oneDNN's weight-sized copies; on CPU nothing changes
-    and nothing is measured."""
+    (``workspace.scratch_model``), not oneDNN's weight-sized copies; on CPU the weight copies,
+    or the call measured on channels-last inputs where that is larger."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from fxremat import workspace
 
     measured = []
     monkeypatch.setattr(workspace, "_MEASURED", {})
-    monkeypatch.setattr(workspace, "_measure", lambda node: measured.append(node.name) or 4096)
+    monkeypatch.setattr(workspace, "_measure", lambda node, channels_last=False: measured.append(
+        (node.name, channels_last)) or 4096)
     with FakeTensorMode():  # no GPU needed for fake CUDA tensors
         x, w1 = torch.randn(B, C, S, S, device="cuda"), torch.randn(C, C, 1, 1, device="cuda")
         w3 = torch.randn(4 * C, C, 3, 3, device="cuda")
@@ -128,15 +131,15 @@ def test_on_cuda_a_convolution_counts_its_measured_library_workspace(monkeypatch
     for name, phase in [("convolution_default", "forward"), ("convolution_default_1", "forward"),
                         ("convolution_backward_default", "backward"), ("convolution_backward_default_1", "backward")]:
         assert _step(timeline, name, phase).allocates[f"{phase}:{name}:workspace"] == 4096
-    assert sorted(measured) == ["convolution_backward_default", "convolution_backward_default_1",
-                                "convolution_default", "convolution_default_1"]
+    assert sorted(measured) == [("convolution_backward_default", False), ("convolution_backward_default_1", False),
+                                ("convolution_default", False), ("convolution_default_1", False)]
 
     measured.clear()
-    fwd, bwd = _graphs()  # CPU
+    fwd, bwd = _graphs()  # CPU: the weight copies, or the call measured on channels-last inputs where larger
     timeline = predict(fwd, bwd, 1, relaid_inputs(fwd), fusion=True, workspace=workspace.scratch_model(True))
     assert _step(timeline, "convolution_default_1", "forward").allocates[
-        "forward:convolution_default_1:workspace"] == W3
-    assert measured == []
+        "forward:convolution_default_1:workspace"] == max(W3, 4096)
+    assert measured and all(channels_last for _, channels_last in measured)
 
 
 # --- end to end: a small bottleneck ResNet under Inductor ---------------------------------
