@@ -138,17 +138,23 @@ def _tiny_llama():
     config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=86, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
                                       use_cache=False)
+    return _hf_loss(transformers.LlamaForCausalLM, config, batch=2, seq=16)
+
+
+def _hf_loss(model_class, config, batch: int, seq: int):
+    """A Hugging Face model with a language-modelling head (seed 0), as a module returning its
+    loss on random tokens, and those tokens."""
     torch.manual_seed(0)
-    llama = transformers.LlamaForCausalLM(config)
-    ids = torch.randint(0, 64, (2, 16))
+    hf = model_class(config)
+    ids = torch.randint(0, config.vocab_size, (batch, seq))
 
     class Loss(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.llama = llama
+            self.hf = hf
 
         def forward(self, ids):
-            return self.llama(input_ids=ids, labels=ids).loss
+            return self.hf(input_ids=ids, labels=ids).loss
 
     return Loss(), (ids,)
 
@@ -261,19 +267,8 @@ def test_a_hugging_face_berts_last_kernels_free_what_they_read_after_them(fresh_
     config = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
                                      intermediate_size=256, max_position_embeddings=32, vocab_size=256,
                                      use_cache=False, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    torch.manual_seed(0)
-    bert = transformers.BertForMaskedLM(config)
-    ids = torch.randint(0, 256, (2, 32))
-
-    class Loss(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bert = bert
-
-        def forward(self, ids):
-            return self.bert(input_ids=ids, labels=ids).loss
-
-    step = _step(Loss(), (ids,), {"memory_budget": 0.0})
+    model, batch = _hf_loss(transformers.BertForMaskedLM, config, batch=2, seq=32)
+    step = _step(model, batch, {"memory_budget": 0.0})
     step()
     step()
     measured = measure_peak_bytes(step)["peak_bytes"]
