@@ -141,6 +141,23 @@ def _tiny_llama():
     return _hf_loss(transformers.LlamaForCausalLM, config, batch=2, seq=16)
 
 
+def _tiny_transformer():
+    """The 2-layer transformer of ``bench/frontier_models.py``'s tiny scale (seed 0) and a batch."""
+    torch.manual_seed(0)
+    model = models.TransformerStack(dim=64, heads=4, layers=2)
+    return model, (torch.randn(2, 32, 64), torch.randn(2, 32, 64))
+
+
+def _warm_step_and_plan(model, batch, options):
+    """Compile, run two steps, and return the third step's measured peak and the one plan."""
+    step = _step(model, batch, options)
+    step()
+    step()
+    measured = measure_peak_bytes(step)["peak_bytes"]
+    (plan,) = fxremat.inspect.plans()
+    return measured, plan
+
+
 def _hf_loss(model_class, config, batch: int, seq: int):
     """A Hugging Face model with a language-modelling head (seed 0), as a module returning its
     loss on random tokens, and those tokens."""
@@ -212,16 +229,11 @@ def test_a_patch_embeddings_gradient_copied_dense_by_the_convolution_is_counted(
     """The patch convolution's gradient arrives as a view of the tokens' gradient past the
     class token, permuted to channels: its strides leave gaps, so the convolution's backward
     copies it to a dense buffer first (``timeline._view_with_gaps``; a tiny ViT measured 1.3%
-    over its prediction without it). oneDNN's own scratchpads of a few hundred bytes are not
-    modelled: within 0.5%."""
+    over its prediction without it). oneDNN's own scratchpads of a few hundred bytes are
+    measured (``workspace.channels_last_scratch_bytes``): within 0.5%."""
     torch.manual_seed(0)
-    model = _PatchEmbedding()
     batch = (torch.randn(4, 3, 64, 64), torch.randint(0, 10, (4,)))
-    step = _step(model, batch, {})
-    step()
-    step()
-    measured = measure_peak_bytes(step)["peak_bytes"]
-    (plan,) = fxremat.inspect.plans()
+    measured, plan = _warm_step_and_plan(_PatchEmbedding(), batch, {})
     assert 0.99 * plan.predicted_peak_bytes <= measured <= 1.005 * plan.predicted_peak_bytes, (
         measured, plan.predicted_peak_bytes)
 
@@ -243,14 +255,7 @@ def test_inductor_runs_the_plans_node_order_not_its_peak_memory_reordering(monke
         return memory.topological_sort_dfs(nodes)
 
     monkeypatch.setattr(memory, "reorder_for_peak_memory", depth_first)
-    torch.manual_seed(0)
-    model = models.TransformerStack(dim=64, heads=4, layers=2)
-    batch = (torch.randn(2, 32, 64), torch.randn(2, 32, 64))
-    step = _step(model, batch, {"memory_budget": 611_080})
-    step()
-    step()
-    measured = measure_peak_bytes(step)["peak_bytes"]
-    (plan,) = fxremat.inspect.plans()
+    measured, plan = _warm_step_and_plan(*_tiny_transformer(), {"memory_budget": 611_080})
     assert 0.99 * plan.predicted_peak_bytes <= measured <= plan.predicted_peak_bytes, (
         measured, plan.predicted_peak_bytes)
     assert reordered == []
@@ -267,12 +272,8 @@ def test_a_hugging_face_berts_last_kernels_free_what_they_read_after_them(fresh_
     config = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
                                      intermediate_size=256, max_position_embeddings=32, vocab_size=256,
                                      use_cache=False, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model, batch = _hf_loss(transformers.BertForMaskedLM, config, batch=2, seq=32)
-    step = _step(model, batch, {"memory_budget": 0.0})
-    step()
-    step()
-    measured = measure_peak_bytes(step)["peak_bytes"]
-    (plan,) = fxremat.inspect.plans()
+    measured, plan = _warm_step_and_plan(*_hf_loss(transformers.BertForMaskedLM, config, batch=2, seq=32),
+                                         {"memory_budget": 0.0})
     assert 0.99 * plan.predicted_peak_bytes <= measured <= 1.005 * plan.predicted_peak_bytes, (
         measured, plan.predicted_peak_bytes)
 
@@ -282,14 +283,7 @@ def test_the_transformers_least_plan_measures_its_prediction(fresh_inductor):
     ``v`` out of it for the one ``bmm`` that reads it; Inductor computes that clone when it
     lowers the ``bmm``, after another one, holding ``qkv`` until then
     (``timeline._written_at_reader``; 2.8% over the prediction without it)."""
-    torch.manual_seed(0)
-    model = models.TransformerStack(dim=64, heads=4, layers=2)
-    batch = (torch.randn(2, 32, 64), torch.randn(2, 32, 64))
-    step = _step(model, batch, {"memory_budget": 0.0})
-    step()
-    step()
-    measured = measure_peak_bytes(step)["peak_bytes"]
-    (plan,) = fxremat.inspect.plans()
+    measured, plan = _warm_step_and_plan(*_tiny_transformer(), {"memory_budget": 0.0})
     assert plan.recomputed
     assert 0.99 * plan.predicted_peak_bytes <= measured <= plan.predicted_peak_bytes, (
         measured, plan.predicted_peak_bytes)
