@@ -121,11 +121,12 @@ def _compile(gm: fx.GraphModule, example_inputs, opts: Options):
     # estimate says so; that estimate is not the plan's (tiny transformer at per-block
     # checkpointing's memory: it took a depth-first order, weight gradients last, and the
     # step measured 22% over the prediction).
-    patches.update(_compat.inductor_keeps_node_order())
+    keep_order = _compat.inductor_keeps_node_order()
+    patches.update(keep_order)
     if opts.mode != "default":
         patches.update(_compat.inductor_mode_options(opts.mode))
     patches.update(dict(opts.inductor))
-    if any(patches.get(key) for key in _compat.inductor_keeps_node_order()) and opts.memory_budget is not None:
+    if any(patches.get(key) for key in keep_order) and opts.memory_budget is not None:
         warnings.warn(BudgetWarning(
             f"inductor={dict(opts.inductor)}: Inductor then reorders the plan's nodes by its own peak estimate, "
             "so the measured peak can exceed the plan's prediction and the memory budget; leave it unset to "
