@@ -30,7 +30,7 @@ import dataclasses
 
 import torch.fx as fx
 
-from . import oplib
+from . import _compat, oplib
 from .passes import rotor
 from .passes.memory import Step, simulate
 from .sizes import is_multi_output, is_tensor_node, node_bytes, storage_bytes, storage_of
@@ -59,6 +59,14 @@ def _is_pinned_rng(node: fx.Node) -> bool:
         return False
     deterministic = {"inductor_random", "inductor_randint", "inductor_lookup_seed"}
     return getattr(node.target, "_opname", getattr(node.target, "__name__", "")) not in deterministic
+
+
+def _must_keep(node: fx.Node, saved: set[fx.Node]) -> bool:
+    """A MUST_SAVE value some op reads again: the min-cut saves it, or a forward op reads
+    it (a recomputed stage would compute it again to rebuild what it reads)."""
+    if not _compat.is_must_save(node) or not is_tensor_node(node):
+        return False
+    return node in saved or any(u.op == "call_function" for u in node.users)
 
 
 def _is_seed_lookup(node: fx.Node) -> bool:
@@ -97,7 +105,9 @@ def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Nod
     into stages of similar time-plus-memory weight rather than time alone (``_weights``);
     the chain solvers ask for it."""
     nodes = [n for n in joint.graph.nodes if n.op != "output"]
-    pinned: list[fx.Node] = [n for n in nodes if n in forward and _is_pinned_rng(n)]
+    # MUST_SAVE values (a selective checkpoint policy's, or the collectives torch marks) are
+    # never computed again: a stage recomputed around one reads the forward's value.
+    pinned: list[fx.Node] = [n for n in nodes if n in forward and (_is_pinned_rng(n) or _must_keep(n, saved))]
     # Free: cheap values computable from inputs, constants and pinned values alone (a
     # transposed weight, a causal mask, the seed of one dropout): made where needed.
     free: set[fx.Node] = set()
@@ -136,7 +146,8 @@ def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Nod
         live = {v for v in live if last_fwd_use.get(v, -1) > k}
         if len(live) == 1:
             skips = set(live)
-        if live and len(live - skips) <= 1:
+        if live and len(live - skips) <= 1 and not any(_compat.is_must_recompute(v) for v in live):
+            # (A cut's values are saved when its stage is checkpointed: never a MUST_RECOMPUTE one.)
             candidates.append(k)
             carried.append(storage_bytes(live, inputs))
     weight = _weights(order, cost, weigh_memory)

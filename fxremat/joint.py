@@ -77,15 +77,24 @@ def prepare(joint: fx.GraphModule) -> fx.GraphModule:
 
 def warn_on_checkpoint_preferences(joint: fx.GraphModule, graph_id: str) -> None:
     """torch.utils.checkpoint regions mark their ops PREFER_RECOMPUTE (selective policies may
-    say PREFER_SAVE); fxremat plans the whole graph itself and follows only the MUST_* marks."""
+    say PREFER_SAVE); fxremat plans the whole graph itself and follows only the MUST_* marks.
+    Says so once per graph, and names the MUST_RECOMPUTE marks it cannot follow (random ops:
+    drawing again would change the numbers)."""
     count = sum(_compat.is_prefer_policy(n) for n in joint.graph.nodes)
     if count:
         warnings.warn(
             f"fxremat (graph {graph_id}): {count} ops carry torch.utils.checkpoint PREFER_* marks; fxremat "
-            "chooses what to recompute itself and does not follow them (MUST_SAVE / MUST_RECOMPUTE marks from "
-            "selective checkpoint policies are followed). Remove the checkpoint wrappers to silence this.",
+            "chooses what to recompute itself (within the memory budget, if one is given) and does not follow "
+            "them. MUST_SAVE / MUST_RECOMPUTE marks from selective checkpoint policies are followed. Remove "
+            "the checkpoint wrappers to silence this.",
             stacklevel=3,
         )
+    random = [n.name for n in joint.graph.nodes if _compat.is_must_recompute(n) and oplib.is_random(n)]
+    if random:
+        warnings.warn(
+            f"fxremat (graph {graph_id}): {len(random)} random ops are marked MUST_RECOMPUTE ({', '.join(random[:5])}"
+            f"{', ...' if len(random) > 5 else ''}); fxremat keeps them, since drawing again would change the "
+            "numbers.", stacklevel=3)
 
 
 @dataclasses.dataclass
@@ -145,6 +154,10 @@ def ban_reason(node: fx.Node, classes: NodeClasses, lean: bool = False) -> str |
         return "random"  # recomputing would draw new numbers
     if _compat.is_sym_node(node):
         return "symint"  # a few bytes; recomputing shape arithmetic buys nothing
+    if _compat.is_must_recompute(node):
+        # A selective checkpoint policy's mark wins over the cost rules below, as in
+        # torch's partitioner: the user traded the recomputation for the memory.
+        return None
     if node not in classes.required_forward:
         # Only the backward uses it: computing it there is not a recomputation.
         return None
