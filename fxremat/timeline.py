@@ -357,6 +357,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     deferred: dict[str, int] = {}  # constants not yet made: storage -> bytes
     base_of: dict[fx.Node, str | None] = {}  # storage_of of each node seen, which its views share
     relaid_cats: set[fx.Node] = set()  # concatenations Inductor copies for their convolutions (_relaid_cat)
+    conv_copies: dict[fx.Node, list[str]] = {}  # convolution backward -> channels-last copies it reads
     # Inductor's C++ backend generates one function for all the kernels between two library
     # calls and frees what they read for the last time only after it: all of that stretch's
     # outputs are alive at once with its inputs (HF BERT's least plan: the embeddings'
@@ -423,6 +424,16 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             storage[node] = f"{phase}:{node.name}"
             needs[node] = frozenset([storage[node]])
             allocates = {storage[node]: node_bytes(node)}
+            if fusion and channels_last and len(reads) > 1:
+                # (Inductor realizes such a value where it is computed only when its kernel
+                # loads more than one buffer, ``StorageBox.realize_hint``; a ReLU of one
+                # convolution's output is written channels-last, in place, and not copied.)
+                for conv in _copied_for_convolution_backward(node):
+                    copy = f"{phase}:{node.name}:channels_last"
+                    allocates[copy] = node_bytes(node)
+                    conv_copies.setdefault(conv, []).append(copy)
+        if node in conv_copies:
+            reads = reads.union(conv_copies.pop(node))
         if deferred and fusion and oplib.is_index_put(node):
             # Inductor scatters into a copy of what it is given, made in the scatter's own
             # buffer: a constant read by nothing else is never made (the zeros an
@@ -493,6 +504,24 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         else:
             steps.append(step)
     return steps, {n.name: s for n, s in storage.items()}
+
+
+def _copied_for_convolution_backward(node: fx.Node) -> list[fx.Node]:
+    """The convolution backwards (at most one) that read a channels-last copy of ``node``.
+
+    Inductor realizes a value with several readers, one of them a convolution backward, in
+    the strides the traced graph gives it (``GraphLowering.run_node``'s ``need_fixed_layout``:
+    contiguous, as eager PyTorch made it); its channels-last convolutions then need their
+    gradient and input in channels-last order, so the kernel that writes the value also
+    writes a copy for the call, alive until the call returns (a residual stream's gradient in
+    a CNN's backward, read by the block's convolution backward and by the skip: measured on
+    the generated CNNs of ``tests/test_generated_models.py``, one such copy at each block's
+    peak). A value with one reader is written channels-last to begin with."""
+    val = node.meta.get("val")
+    if (node.target is _CAT or len(node.users) < 2 or not isinstance(val, torch.Tensor) or val.dim() != 4
+            or _channels_last_ordered(val)):
+        return []
+    return [u for u in node.users if u.target is _CONV_BACKWARD and node in u.args[:2]][:1]
 
 
 def _relaid_cat(cat: fx.Node, inlining: Inlining) -> bool:
