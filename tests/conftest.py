@@ -78,3 +78,37 @@ def aten_graph(fn, *example):
 
     Record(gm).run(*example)
     return gm
+
+
+def linearization_of(model, *batch):
+    """The chain Rotor plans on for ``model`` (around its traffic-optimal saved set, stages
+    merged by time and memory, at most 64): planning stops there, at the first graph."""
+    import warnings
+
+    from torch._dynamo.backends.common import aot_autograd
+
+    from fxremat import _compat, partition
+    from fxremat.options import Options
+    from fxremat.strategies import mincut, staged
+
+    found = {}
+
+    class Done(Exception):
+        pass
+
+    def grab(joint, joint_inputs, *, num_fwd_outputs, **_):
+        ctx = partition.context(joint, num_fwd_outputs, Options.from_user({"compiler": "eager"}))
+        traffic = staged.traffic(ctx, mincut.traffic_optimal(ctx))
+        found["lin"], _ = staged.linearize(ctx, traffic.backward, traffic.saved, 64, weigh_memory=True)
+        raise Done
+
+    backend = aot_autograd(fw_compiler=lambda g, _: g, partition_fn=grab,
+                           decompositions=_compat.inductor_decompositions())
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.compile(model, backend=backend)(*batch).backward()
+        except Exception:  # noqa: BLE001 - Done, wrapped by Dynamo
+            pass
+    return found["lin"]

@@ -15,6 +15,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 import fxremat
+from conftest import linearization_of
 
 WIDTH = 32
 
@@ -91,34 +92,12 @@ def test_rotors_chain_keeps_must_save_values_and_never_cuts_at_must_recompute_on
     pinned (made once, read by every recomputation of their stage). With the up-projection
     pinned, the sine is made from pinned values alone (``free``: made where read); without,
     the cut after it is one a chain could take."""
-    from torch._dynamo.backends.common import aot_autograd
+    from fxremat import _compat
 
-    from fxremat import _compat, partition
-    from fxremat.options import Options
-    from fxremat.strategies import mincut, staged
-
-    found = {}
-
-    def grab(joint, joint_inputs, *, num_fwd_outputs, **_):
-        ctx = partition.context(joint, num_fwd_outputs, Options.from_user({"compiler": "eager"}))
-        traffic = staged.traffic(ctx, mincut.traffic_optimal(ctx))
-        found["lin"], _ = staged.linearize(ctx, traffic.backward, traffic.saved, 64, weigh_memory=True)
-        raise _Done
-
-    backend = aot_autograd(fw_compiler=lambda g, _: g, partition_fn=grab,
-                           decompositions=_compat.inductor_decompositions())
-    torch._dynamo.reset()
     model = _Model(save_up=save_up).double()
-    with warnings.catch_warnings(), pytest.raises(Exception):
-        warnings.simplefilter("ignore")
-        torch.compile(model, backend=backend)(torch.randn(256, WIDTH, dtype=torch.float64)).backward()
-    lin = found["lin"]
+    lin = linearization_of(model, torch.randn(256, WIDTH, dtype=torch.float64))
     assert len(lin.stages) > len(model.blocks)
     boundaries = {n.name for st in lin.stages for n in st.boundary}
     assert not {name for name in boundaries if name.startswith("sin")}, sorted(boundaries)
     pinned_up = [n.name for n in lin.pinned if _compat.is_must_save(n) and n.name.startswith("addmm")]
     assert len(pinned_up) == (len(model.blocks) if save_up else 0), [n.name for n in lin.pinned]
-
-
-class _Done(Exception):
-    pass

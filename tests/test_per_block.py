@@ -13,7 +13,7 @@ from fxremat.floor import graph_floor
 from fxremat.measure import measure_peak_bytes
 from fxremat.sizes import node_bytes
 
-from conftest import train_step_matches_eager
+from conftest import linearization_of, train_step_matches_eager
 
 DECODER = dict(batch=2, seq=64, layers=4, dim=32, heads=2)
 
@@ -102,30 +102,7 @@ def test_the_decoder_is_cut_where_a_block_output_alone_crosses():
 
 def _linearization(model, batch):
     """The chain Rotor plans on for ``model`` (around its traffic-optimal saved set)."""
-    from torch._dynamo.backends.common import aot_autograd
-
-    from fxremat import _compat, partition
-    from fxremat.options import Options
-    from fxremat.strategies import mincut, staged
-
-    found = {}
-
-    def grab(joint, joint_inputs, *, num_fwd_outputs, **_):
-        ctx = partition.context(joint, num_fwd_outputs, Options.from_user({"compiler": "eager"}))
-        traffic = staged.traffic(ctx, mincut.traffic_optimal(ctx))
-        found["lin"], _ = staged.linearize(ctx, traffic.backward, traffic.saved, 64, weigh_memory=True)
-        raise _Done
-
-    backend = aot_autograd(fw_compiler=lambda g, _: g, partition_fn=grab,
-                           decompositions=_compat.inductor_decompositions())
-    torch._dynamo.reset()
-    with pytest.raises(Exception):
-        torch.compile(model, backend=backend)(*batch).backward()
-    return found["lin"]
-
-
-class _Done(Exception):
-    pass
+    return linearization_of(model, *batch)
 
 
 @pytest.mark.parametrize("make,solver", [(models.make_transformer, "auto"), (models.make_deep_cnn, "twremat"),
