@@ -67,6 +67,21 @@ def inductor_relayouts_convolutions(gm: fx.GraphModule) -> bool:
         return False
 
 
+def inductor_prefers_channels_last(gm: fx.GraphModule) -> set[fx.Node]:
+    """The nodes whose values Inductor's layout optimization lays out channels-last
+    (``GraphLowering.find_nodes_prefer_channels_last``: a convolution's inputs and outputs,
+    what they are computed from, and what is computed from them up to the last convolution).
+    Empty where the method is missing."""
+    import types
+
+    from torch._inductor.graph import GraphLowering
+
+    find = getattr(GraphLowering, "find_nodes_prefer_channels_last", None)
+    if find is None:
+        return set()
+    return set(find(types.SimpleNamespace(module=gm)))
+
+
 def inductor_realize_thresholds(device_type: str) -> dict[str, int]:
     """Inductor's store-or-inline limits for a pointwise value (``GraphLowering.run_node``,
     ``StorageBox.should_realize_on_reuse``/``has_exceeded_max_reads``): a value read by

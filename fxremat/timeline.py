@@ -358,6 +358,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     base_of: dict[fx.Node, str | None] = {}  # storage_of of each node seen, which its views share
     relaid_cats: set[fx.Node] = set()  # concatenations Inductor copies for their convolutions (_relaid_cat)
     conv_copies: dict[fx.Node, list[str]] = {}  # convolution backward -> channels-last copies it reads
+    prefers_channels_last = _compat.inductor_prefers_channels_last(gm) if fusion and channels_last else set()
     # Inductor's C++ backend generates one function for all the kernels between two library
     # calls and frees what they read for the last time only after it: all of that stretch's
     # outputs are alive at once with its inputs (HF BERT's least plan: the embeddings'
@@ -424,10 +425,12 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             storage[node] = f"{phase}:{node.name}"
             needs[node] = frozenset([storage[node]])
             allocates = {storage[node]: node_bytes(node)}
-            if fusion and channels_last and len(reads) > 1:
+            if fusion and channels_last and len(reads) > 1 and node not in prefers_channels_last:
                 # (Inductor realizes such a value where it is computed only when its kernel
                 # loads more than one buffer, ``StorageBox.realize_hint``; a ReLU of one
-                # convolution's output is written channels-last, in place, and not copied.)
+                # convolution's output is written channels-last, in place, and not copied. A
+                # value its layout optimization lays out channels-last is not copied either: a
+                # recomputed batch norm's ReLU, read by a 1x1 convolution's backward in ResNet-50.)
                 for conv in _copied_for_convolution_backward(node):
                     copy = f"{phase}:{node.name}:channels_last"
                     allocates[copy] = node_bytes(node)
