@@ -61,12 +61,11 @@ def _is_pinned_rng(node: fx.Node) -> bool:
     return getattr(node.target, "_opname", getattr(node.target, "__name__", "")) not in deterministic
 
 
-def _must_keep(node: fx.Node, saved: set[fx.Node]) -> bool:
-    """A MUST_SAVE value some op reads again: the min-cut saves it, or a forward op reads
-    it (a recomputed stage would compute it again to rebuild what it reads)."""
-    if not _compat.is_must_save(node) or not is_tensor_node(node):
-        return False
-    return node in saved or any(u.op == "call_function" for u in node.users)
+def _must_keep(node: fx.Node) -> bool:
+    """A MUST_SAVE value some op reads: the backward (it is saved), or a forward op (a
+    recomputed stage would compute it again to rebuild what it reads)."""
+    return (_compat.is_must_save(node) and is_tensor_node(node)
+            and any(u.op == "call_function" for u in node.users))
 
 
 def _is_seed_lookup(node: fx.Node) -> bool:
@@ -107,7 +106,7 @@ def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Nod
     nodes = [n for n in joint.graph.nodes if n.op != "output"]
     # MUST_SAVE values (a selective checkpoint policy's, or the collectives torch marks) are
     # never computed again: a stage recomputed around one reads the forward's value.
-    pinned: list[fx.Node] = [n for n in nodes if n in forward and (_is_pinned_rng(n) or _must_keep(n, saved))]
+    pinned: list[fx.Node] = [n for n in nodes if n in forward and (_is_pinned_rng(n) or _must_keep(n))]
     # Free: cheap values computable from inputs, constants and pinned values alone (a
     # transposed weight, a causal mask, the seed of one dropout): made where needed.
     free: set[fx.Node] = set()
