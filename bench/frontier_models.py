@@ -14,7 +14,8 @@ GPU: GPT-2 small, BERT-base, a 16-layer Llama, ResNet-50/101 at 224², a 4-level
   library's default, SDPA). Need ``pip install transformers``.
 - ``resnet50``, ``resnet101``: bottleneck ResNets ([3, 4, 6, 3] and [3, 4, 23, 3] blocks) with
   batchnorm; the ``small``/``tiny`` scales narrow the base width and use a 3×3 stem.
-- ``unet``: ``fxremat.models.UNet`` (long skips across the bottleneck: not a chain).
+- ``unet``: ``fxremat.models.UNet`` (long skips across the bottleneck: not a chain); sizes
+  ``{"channels": [3, 16, 32, 64], "image": 96, "batch": 8, "norm": false}`` are issue #27's U-Net.
 - ``vit``: a ViT (patch embedding, class token, pre-LN blocks with SDPA attention).
 - ``mlp``: a deep MLP of Linear + ReLU blocks.
 - ``decoder``: ``fxremat.models.Decoder``, an ordinary decoder-only language model not tuned for
@@ -230,10 +231,10 @@ make_resnet101 = _make_resnet
 # --- U-Net ------------------------------------------------------------------------------------
 
 
-def make_unet(channels, image, batch) -> FrontierModel:
+def make_unet(channels, image, batch, norm=True) -> FrontierModel:
     from fxremat.models import UNet
 
-    model = UNet(tuple(channels))
+    model = UNet(tuple(channels), norm)
     data = (torch.randn(batch, 3, image, image), torch.randn(batch, 3, image, image))
     return FrontierModel(model, data, None, False, [model.down, model.up], {})
 

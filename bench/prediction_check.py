@@ -1,10 +1,10 @@
 """Predicted against measured peak of one frontier model's training step, through Inductor.
 
-    python bench/prediction_check.py MODEL [--scale small] [--budget 0.0] [--solver auto] [--inductor JSON]
+    python bench/prediction_check.py MODEL [--scale small] [--sizes JSON] [--budget 0.0] [--solver auto] [--inductor JSON]
 
 Builds ``MODEL`` from ``bench/frontier_models.py`` (``decoder``, ``llama``, ``unet``, ...),
-compiles it with ``backend="fxremat"`` at the budget (a fraction, or bytes; 1.0 for no budget),
-runs two steps, and measures the third with the profiler's allocation events
+``--sizes`` replacing some of the scale's sizes, compiles it with ``backend="fxremat"`` at the
+budget (a fraction, or bytes; 1.0 for no budget), runs two steps, and measures the third with the profiler's allocation events
 (``fxremat.measure.measure_peak_bytes``), gradients set to None first. Prints one JSON line:
 each graph's predicted peak and the step's measured peak. Caches are off, so every graph is
 planned and lowered in this process.
@@ -30,6 +30,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", choices=frontier_models.MODELS)
     parser.add_argument("--scale", default="small", choices=frontier_models.SCALES)
+    parser.add_argument("--sizes", type=json.loads, default={},
+                        help='sizes replacing the scale\'s, as JSON: \'{"layers": 4, "batch": 8}\'')
     parser.add_argument("--budget", default="1.0", help="a fraction (with a point) or bytes; 1.0: no budget")
     parser.add_argument("--solver", default="auto")
     parser.add_argument("--inductor", type=json.loads, default={},
@@ -40,7 +42,7 @@ def main() -> None:
     if args.inductor:
         options["inductor"] = args.inductor
     torch.manual_seed(0)
-    built = frontier_models.build(args.model, args.scale)
+    built = frontier_models.build(args.model, args.scale, args.sizes)
     with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False):
         compiled = torch.compile(built.model, backend="fxremat", options=options)
 
@@ -51,7 +53,7 @@ def main() -> None:
         step()
         step()
         measured = measure_peak_bytes(step)["peak_bytes"]
-    print(json.dumps({"model": args.model, "scale": args.scale, "budget": budget, "solver": args.solver, "inductor": args.inductor,
+    print(json.dumps({"model": args.model, "scale": args.scale, "sizes": built.sizes, "budget": budget, "solver": args.solver, "inductor": args.inductor,
                       "torch": torch.__version__, "threads": torch.get_num_threads(),
                       "predicted_peak_bytes": [p.predicted_peak_bytes for p in fxremat.inspect.plans()],
                       "measured_peak_bytes": measured}))

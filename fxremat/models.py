@@ -206,13 +206,15 @@ class Bottleneck(nn.Module):
 
 class UNet(nn.Module):
     """A small U-Net: each encoder level's output is carried across the bottleneck
-    to the decoder level of the same resolution (long skips)."""
+    to the decoder level of the same resolution (long skips, concatenated). ``norm=False``
+    drops the group norms: issue #27's U-Net (convolution, SiLU, convolution, SiLU)."""
 
-    def __init__(self, channels=(3, 16, 32, 64)):
+    def __init__(self, channels=(3, 16, 32, 64), norm: bool = True):
         super().__init__()
 
         def stage(a, b):
-            return nn.Sequential(nn.Conv2d(a, b, 3, padding=1), nn.GroupNorm(4, b), nn.SiLU(),
+            normed = [nn.GroupNorm(4, b)] if norm else []
+            return nn.Sequential(nn.Conv2d(a, b, 3, padding=1), *normed, nn.SiLU(),
                                  nn.Conv2d(b, b, 3, padding=1), nn.SiLU())
 
         pairs = list(zip(channels[1:-1], channels[2:]))  # (skip channels, channels below)

@@ -173,31 +173,6 @@ def test_the_eager_compiler_measures_what_it_predicts(model, budget):
     torch._dynamo.reset()
 
 
-class _ConcatUNet(torch.nn.Module):
-    """Issue #27's U-Net, smaller: three levels, SiLU, max-pooling, nearest upsampling and
-    concatenated skips."""
-
-    def __init__(self, c=16):
-        super().__init__()
-        nn = torch.nn
-
-        def conv(a, b):
-            return nn.Sequential(nn.Conv2d(a, b, 3, padding=1), nn.SiLU(), nn.Conv2d(b, b, 3, padding=1), nn.SiLU())
-
-        self.d1, self.d2, self.d3 = conv(3, c), conv(c, 2 * c), conv(2 * c, 4 * c)
-        self.u2, self.u1 = conv(6 * c, 2 * c), conv(3 * c, c)
-        self.out = nn.Conv2d(c, 3, 1)
-
-    def forward(self, x, y):
-        F = torch.nn.functional
-        a = self.d1(x)
-        b = self.d2(F.max_pool2d(a, 2))
-        c = self.d3(F.max_pool2d(b, 2))
-        u = self.u2(torch.cat([F.interpolate(c, scale_factor=2, mode="nearest"), b], 1))
-        u = self.u1(torch.cat([F.interpolate(u, scale_factor=2, mode="nearest"), a], 1))
-        return F.mse_loss(self.out(u), y)
-
-
 @pytest.mark.inductor
 def test_a_recomputed_concatenation_read_by_convolutions_is_counted_as_inductor_writes_it():
     """Inductor writes a concatenation that its backward recomputes, and that convolutions
@@ -210,8 +185,11 @@ def test_a_recomputed_concatenation_read_by_convolutions_is_counted_as_inductor_
     import fxremat
     from fxremat.measure import measure_peak_bytes
 
+    from fxremat.models import UNet
+
     torch.manual_seed(0)
-    model, x, y = _ConcatUNet(), torch.randn(2, 3, 48, 48), torch.randn(2, 3, 48, 48)
+    # issue #27's U-Net, smaller: three levels, SiLU, max-pooling, nearest upsampling, concatenated skips
+    model, x, y = UNet((3, 16, 32, 64), norm=False), torch.randn(2, 3, 48, 48), torch.randn(2, 3, 48, 48)
     least = 1
     for _ in range(2):  # planning only: under the floor the error names the floor, at it the least plan
         torch._dynamo.reset()
@@ -236,5 +214,56 @@ def test_a_recomputed_concatenation_read_by_convolutions_is_counted_as_inductor_
     measured = measure_peak_bytes(step)["peak_bytes"]
     (plan,) = fxremat.inspect.plans()
     assert plan.solver == "twremat" and plan.predicted_peak_bytes <= least
+    assert measured <= plan.predicted_peak_bytes, (measured, plan.predicted_peak_bytes)
+    torch._dynamo.reset()
+
+
+def _issue27_model(name):
+    """Issue #27's ViT and U-Net, smaller (``bench/frontier_models.py``; the issue's sizes are
+    measured by ``bench/prediction_check.py``, bench/results/cpu/solvers_issue27_20261127.md)."""
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    import frontier_models
+
+    if name == "vit":
+        return frontier_models.build("vit", "tiny", {"layers": 2, "batch": 4})
+    return frontier_models.build("unet", "tiny", {"channels": [3, 8, 16, 32], "image": 32, "norm": False})
+
+
+@pytest.mark.inductor
+@pytest.mark.parametrize("solver", ["knapsack", "rotor", "checkmate", "twremat"])
+@pytest.mark.parametrize("model", ["vit", "unet"])
+def test_issue27_models_measure_at_most_their_prediction_under_every_solver(model, solver):
+    """A ViT's knapsack plan measured 0.7% over its prediction, a U-Net's TWRemat plan 47%
+    (28% over its budget) and its Rotor plan 7.6% (issue #27). Every solver's plan at a
+    budget halfway to its least plan now measures at most its prediction, through Inductor."""
+    import gc
+
+    import fxremat
+    from fxremat.measure import measure_peak_bytes
+
+    torch.manual_seed(0)
+    built = _issue27_model(model)
+    torch._dynamo.reset()
+    fxremat.inspect.clear()
+    with torch._functorch.config.patch(enable_autograd_cache=False):
+        compiled = torch.compile(built.model, backend="fxremat", options={"memory_budget": 0.5, "solver": solver})
+
+        def step():
+            loss = compiled(*built.batch)
+            loss.backward()
+            return loss
+
+        for _ in range(2):
+            built.model.zero_grad(set_to_none=True)
+            step()
+    built.model.zero_grad(set_to_none=True)
+    gc.collect()
+    measured = measure_peak_bytes(step)["peak_bytes"]
+    (plan,) = fxremat.inspect.plans()
+    # (the knapsack keeps the min-cut plan of this U-Net, and says so: nothing to trade)
+    assert plan.solver == solver or plan.notes.get("nothing_to_trade"), (plan.solver, plan.notes)
     assert measured <= plan.predicted_peak_bytes, (measured, plan.predicted_peak_bytes)
     torch._dynamo.reset()
