@@ -220,9 +220,10 @@ def _least_plan(ctx: Context, solver, mincut_plan: Candidate) -> Candidate:
         mincut_plan.plan.notes["why"] = (
             "solver='mincut' recomputes nothing further: its plan is its least-memory plan, at every fraction"
             if least is mincut_plan else
-            f"no plan predicts much less than the min-cut plan ({format_bytes(mincut_plan.peak)}; the least-memory "
-            f"plan {format_bytes(least.peak)}, at least {UNTRADEABLE:g} of it): it is this graph's plan at every "
-            f"fraction")
+            f"{solver.name} finds no plan predicting much less than the min-cut plan "
+            f"({format_bytes(mincut_plan.peak)}; its least-memory plan {format_bytes(least.peak)}, at least "
+            f"{UNTRADEABLE:g} of it): it is this graph's plan at every fraction"
+            + ("" if solver.name == "auto" else " (another solver may go lower)"))
         least = mincut_plan
     else:
         least.plan.notes["why"] = (f"memory_budget={ctx.options.memory_budget.fraction:g}: {solver.name}'s "

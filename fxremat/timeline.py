@@ -356,7 +356,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     preallocated: set[fx.Node] = set()
     deferred: dict[str, int] = {}  # constants not yet made: storage -> bytes
     base_of: dict[fx.Node, str | None] = {}  # storage_of of each node seen, which its views share
-    relaid_cats: set[fx.Node] = set()  # concatenations Inductor copies for their convolutions (_relaid_cat)
+    relaid_cats: set[fx.Node] = set()  # concatenations Inductor copies for their convolutions (_concatenation_copies)
     conv_copies: dict[fx.Node, list[str]] = {}  # convolution backward -> channels-last copies it reads
     prefers_channels_last = _compat.inductor_prefers_channels_last(gm) if fusion and channels_last else set()
     # Inductor's C++ backend generates one function for all the kernels between two library
@@ -450,15 +450,17 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                     allocates[s] = deferred.pop(s)
         if fusion and node.target is _CAT and storage[node] is not None:
             _read_from_concatenation(node, storage[node], needs, inlining, folded)
-        if fusion and channels_last and phase == "backward" and node.target is _CAT and _relaid_cat(node, inlining):
+        concat_copies = (_concatenation_copies(node, prefers_channels_last)
+                         if fusion and channels_last and phase == "backward" and node.target is _CAT else 0)
+        if concat_copies:
             # In a backward (where it is recomputed; a forward's is written once, measured),
-            # Inductor writes such a concatenation three times in one kernel: into its
-            # channels-last target, as the value (in the graph's own strides), and into a
-            # channels-last copy for the convolution; each convolution reading it takes a
-            # copy of its own, alive while it runs (issue #27's U-Net: three 14 MB buffers at
-            # the measured peak, in the concatenation's kernel).
-            relaid_cats.add(node)
-            allocates[f"{phase}:{node.name}:concat"] = 2 * node_bytes(node)  # the target and the first copy
+            # Inductor writes such a concatenation more than once in one kernel (see
+            # ``_concatenation_copies``); with several readers each convolution reading it
+            # takes a copy of its own, alive while it runs (issue #27's U-Net: three 14 MB
+            # buffers at the measured peak, in the concatenation's kernel).
+            if concat_copies > 1:
+                relaid_cats.add(node)
+            allocates[f"{phase}:{node.name}:concat"] = concat_copies * node_bytes(node)
         if pending_copies:
             # Inductor writes all its channels-last copies of the graph's inputs in its first
             # kernel (one kernel, before the first convolution), not at each one's first reader.
@@ -548,15 +550,32 @@ def _copied_for_convolution_backward(node: fx.Node) -> list[fx.Node]:
     return [u for u in node.users if u.target is _CONV_BACKWARD and node in u.args[:2]][:1]
 
 
-def _relaid_cat(cat: fx.Node, inlining: Inlining) -> bool:
-    """A concatenation that a convolution reads and that computes one of its parts in its
-    own kernel (a nearest upsampling, an activation): Inductor lowers it as a pointwise kernel and
-    lays its value out apart from the copies its convolutions read (measured on generated
-    U-Nets and issue #27's; a concatenation of realized values is written once)."""
-    return (any(u.target in _CONVOLUTIONS and cat in (u.args[:2] if u.target is _CONV_BACKWARD else u.args[:1])
-                for u in inlining.readers(cat))
-            and any(a.op == "call_function" and not oplib.is_compute_intensive(a) and not oplib.is_getitem(a)
-                    for a in cat.args[0] if isinstance(a, NODES)))
+def _concatenation_copies(cat: fx.Node, prefers_channels_last: set[fx.Node]) -> int:
+    """How many copies of a backward's concatenation, beyond the one the graph reads, its
+    kernel writes, for a concatenation that a convolution backward reads and that computes one
+    of its parts in its own kernel (a nearest upsampling, an activation; a concatenation of
+    realized values is written once). Measured on generated U-Nets and issue #27's:
+
+    - read by several ops, one a convolution backward: Inductor asks for the traced strides
+      (``GraphLowering.run_node``'s ``need_fixed_layout``), so the kernel writes the
+      channels-last concatenation, the value in the traced strides, and a channels-last copy
+      for the convolution: two more;
+    - read by the convolution backward alone and not laid out channels-last by Inductor's
+      layout optimization (its parts come from saved values, no convolution of this graph
+      before it): the concatenation and one copy for the call;
+    - read by it alone and laid out channels-last (its parts come from recomputed
+      convolutions, ``_compat.inductor_prefers_channels_last``): written once (a U-Net's
+      Rotor plans measured 10-24% under their predictions when counted as three).
+    """
+    users = set(cat.users)
+    if not any(u.target is _CONV_BACKWARD and cat in u.args[:2] for u in users):
+        return 0
+    if not any(a.op == "call_function" and not oplib.is_compute_intensive(a) and not oplib.is_getitem(a)
+               for a in cat.args[0] if isinstance(a, NODES)):
+        return 0
+    if len(users) > 1:
+        return 2
+    return 0 if cat in prefers_channels_last else 1
 
 
 def library_call(node: fx.Node) -> bool:

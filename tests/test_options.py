@@ -144,6 +144,7 @@ def test_a_graph_with_nothing_to_trade_keeps_its_plan_at_every_fraction():
             f(x).backward()
         plan = fxremat.inspect.plans()[-1]
         assert plan.solver == "mincut" and plan.notes["nothing_to_trade"]
+        assert plan.notes["why"].startswith("auto finds no plan predicting much less than the min-cut plan")
         assert plan.predicted_peak_bytes == plan.budget_bytes
     x.grad = None
     f(x).backward()
