@@ -359,6 +359,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     relaid_cats: set[fx.Node] = set()  # concatenations Inductor copies for their convolutions (_concatenation_copies)
     conv_copies: dict[fx.Node, list[str]] = {}  # convolution backward -> channels-last copies it reads
     prefers_channels_last = _compat.inductor_prefers_channels_last(gm) if fusion and channels_last else set()
+    into_cat = _computed_into_concatenation(gm, inlining, prefers_channels_last, addmms) if fusion else {}
     # Inductor's C++ backend generates one function for all the kernels between two library
     # calls and frees what they read for the last time only after it: all of that stretch's
     # outputs are alive at once with its inputs (HF BERT's least plan: the embeddings'
@@ -421,6 +422,12 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             storage[node] = f"{phase}:{node.name}"
             needs[node] = frozenset([storage[node]])
             deferred[storage[node]] = node_bytes(node)
+        elif node in into_cat:
+            # computed into its concatenation's slice: the concatenation's buffer is made here
+            cat = into_cat[node]
+            storage[node] = f"{phase}:{cat.name}"
+            needs[node] = frozenset([storage[node]])
+            allocates = {storage[node]: node_bytes(cat)}
         else:
             storage[node] = f"{phase}:{node.name}"
             needs[node] = frozenset([storage[node]])
@@ -530,6 +537,40 @@ def _read_from_concatenation(cat: fx.Node, cat_storage: str, needs: dict[fx.Node
     for part in cat.args[0]:
         if isinstance(part, NODES) and part not in folded and inlining.fused_away(part):
             needs[part] = frozenset([cat_storage])
+
+
+def _computed_into_concatenation(gm: fx.GraphModule, inlining: Inlining, prefers_channels_last: set[fx.Node],
+                                 addmms: dict[fx.Node, fx.Node]) -> dict[fx.Node, fx.Node]:
+    """The values Inductor writes straight into a concatenation's slice, each with that
+    concatenation: on CPU (every concatenation a kernel of its own), a value its own kernel
+    writes (not inlined, not a library call's output) that the concatenation reads directly,
+    and whose layout nothing has fixed before it (``ConcatKernel.realize_into`` takes a
+    buffer whose layout is still flexible; a library call reading it first, or Inductor's
+    channels-last layout optimization, fixes it, and the concatenation copies it instead).
+    The value then lives in the concatenation's buffer, made where the value is computed and
+    kept to the last reader of either (a U-Net's recomputed skip activation, read again by its
+    max-pool's backward, held the whole 14 MB concatenation to there: the knapsack's least
+    plan of issue #27's U-Net measured 6.6% over its prediction)."""
+    found: dict[fx.Node, fx.Node] = {}
+    cats = [n for n in gm.graph.find_nodes(op="call_function", target=_CAT)
+            if _compat.inductor_writes_every_cat(_device_type(n))]
+    if not cats:
+        return found
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    for cat in cats:
+        for part in cat.args[0]:
+            if (not isinstance(part, NODES) or part.op != "call_function" or part in found
+                    or oplib.is_view(part) or oplib.is_getitem(part) or is_multi_output(part)
+                    or library_call(part) or part in addmms or part in prefers_channels_last
+                    or folded_mm(part) is not None or inlining.fused_away(part)
+                    or not isinstance(part.meta.get("val"), torch.Tensor)):
+                continue
+            cats_reading = [u for u in part.users if u.target is _CAT]
+            earlier = [u for u in part.users if position[u] < position[cat]]
+            if (cats_reading == [cat] and list(cat.args[0]).count(part) == 1
+                    and all(inlining.fusible(u) and not oplib.is_view(u) for u in earlier)):
+                found[part] = cat
+    return found
 
 
 def _copied_for_convolution_backward(node: fx.Node) -> list[fx.Node]:
