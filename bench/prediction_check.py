@@ -4,8 +4,9 @@
 
 Builds ``MODEL`` from ``bench/frontier_models.py`` (``decoder``, ``llama``, ``unet``, ...),
 ``--sizes`` replacing some of the scale's sizes, compiles it with ``backend="fxremat"`` at the
-budget (a fraction, or bytes; 1.0 for no budget), runs two steps, and measures the third with the profiler's allocation events
-(``fxremat.measure.measure_peak_bytes``), gradients set to None first. Prints one JSON line:
+budget (a fraction, or bytes; 1.0 for no budget), runs two steps, and measures the third with
+the profiler's allocation events (``fxremat.measure.measure_peak_bytes``), gradients set to
+None first. Prints one JSON line:
 each graph's predicted peak and the step's measured peak. Caches are off, so every graph is
 planned and lowered in this process.
 """

@@ -184,7 +184,6 @@ def test_a_recomputed_concatenation_read_by_convolutions_is_counted_as_inductor_
 
     import fxremat
     from fxremat.measure import measure_peak_bytes
-
     from fxremat.models import UNet
 
     torch.manual_seed(0)
