@@ -561,10 +561,10 @@ def _computed_into_concatenation(gm: fx.GraphModule, inlining: Inlining, prefers
     position = {n: i for i, n in enumerate(gm.graph.nodes)}
     for cat in cats:
         for part in cat.args[0]:
-            if (not isinstance(part, NODES) or part.op != "call_function" or part in found
+            if (not isinstance(part, NODES) or part.op != "call_function"
                     or oplib.is_view(part) or oplib.is_getitem(part) or is_multi_output(part)
                     or library_call(part) or part in addmms or part in prefers_channels_last
-                    or folded_mm(part) is not None or inlining.fused_away(part)
+                    or inlining.fused_away(part)
                     or any(u.op == "output" for u in part.users)  # an output's strides are fixed
                     or not isinstance(part.meta.get("val"), torch.Tensor)):
                 continue
