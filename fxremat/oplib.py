@@ -61,7 +61,14 @@ def _cheap_fusible() -> frozenset:
 # Flags of an op, found once per op: the planners ask these of every node many times
 # (the timeline of one 16-layer transformer plan asks ``is_view`` some 30,000 times), and
 # hashing an ``OpOverload`` runs Python code, so ops are looked up by ``id``.
-_VIEW, _FUSIBLE, _POINTWISE, _REDUCTION, _SEEDED, _RANDOM_PRIM, _COMPUTE_INTENSIVE = (1 << i for i in range(7))
+_VIEW, _FUSIBLE, _POINTWISE, _REDUCTION, _SEEDED, _RANDOM_PRIM, _COMPUTE_INTENSIVE, _LOWERED_POINTWISE = (
+    1 << i for i in range(8))
+# Inductor's own prims that it lowers as pointwise kernels (``Pointwise.create``) though no
+# tag says so: a max-pool's values and window offsets, two values each with a body of its
+# own, and the offsets' conversion to indices (``lowering.py``). Named, not looked up:
+# ``torch.ops.prims`` has them only once Inductor is imported.
+_POINTWISE_LOWERED_PRIMS = frozenset({"prims::_low_memory_max_pool_with_offsets",
+                                      "prims::_low_memory_max_pool_offsets_to_indices"})
 _flags_by_id: dict[int, tuple[object, int]] = {}  # id(target) -> (target, flags); the target kept alive
 
 
@@ -92,6 +99,8 @@ def _op_flags(op) -> int:
         flags |= _RANDOM_PRIM
     if op.overloadpacket in _compute_intensive():
         flags |= _COMPUTE_INTENSIVE
+    if op.name() in _POINTWISE_LOWERED_PRIMS:
+        flags |= _LOWERED_POINTWISE
     if (flags & (_POINTWISE | _REDUCTION)) or op.is_view or op.overloadpacket in _cheap_fusible():
         flags |= _FUSIBLE
     return flags
@@ -197,11 +206,16 @@ def _integer_indices(node: fx.Node) -> bool:
 
 
 def is_inductor_pointwise(node: fx.Node) -> bool:
-    """Does Inductor lower this op as a kernel its readers can inline (``is_fusible``, or a
-    gather through integer indices: ``embedding``, ``gather``, ``index``)?"""
+    """Does Inductor lower this op as a kernel its readers can inline (``is_fusible``, a
+    gather through integer indices: ``embedding``, ``gather``, ``index``, or one of the
+    max-pool prims of ``_POINTWISE_LOWERED_PRIMS``, an item of their tuple included)?"""
     if is_fusible(node):
         return True
-    return node.op == "call_function" and node.target in _gathers() and _integer_indices(node)
+    if node.op != "call_function":
+        return False
+    if node.target is operator.getitem:
+        return isinstance(node.args[0], NODES) and bool(_flags(node.args[0]) & _LOWERED_POINTWISE)
+    return bool(_flags(node) & _LOWERED_POINTWISE) or (node.target in _gathers() and _integer_indices(node))
 
 
 def is_index_put(node: fx.Node) -> bool:

@@ -66,9 +66,17 @@ def _inlinable(node: fx.Node, memo: Inlining) -> bool:
     and in the same graph (graph outputs and inputs of library kernels are written), or
     read it through a view Inductor may copy for them (``_copied_view``). ``memo``: the
     ``Inlining`` whose per-node answers are reused."""
-    if node.op != "call_function" or is_multi_output(node) or oplib.is_reduction(node):
+    if node.op != "call_function" or oplib.is_reduction(node):
         return False
-    if not memo.fusible(node) or oplib.is_view(node) or oplib.is_getitem(node):
+    if is_multi_output(node) or oplib.is_getitem(node):
+        # A tuple Inductor lowers item by item (a max-pool's values and offsets,
+        # ``oplib.is_inductor_pointwise``) is no buffer of its own: each item is a pointwise
+        # value that is inlined or written as any other. Any other tuple is one library call.
+        if not memo.fusible(node) or oplib.is_fusible(node):
+            return False
+        if is_multi_output(node):
+            return True
+    if not memo.fusible(node) or oplib.is_view(node):
         return False
     if folded_mm(node) is not None:
         return False  # computed as addmm, a library call
@@ -161,8 +169,11 @@ class Inlining:
             out = n.meta.get("val")
             return isinstance(out, torch.Tensor) and _hint(out.numel()) > size
 
+        # (a pointwise op broadcasts; a gather reads through its index and a concatenation
+        # reads each part once: an upsampling's ``_unsafe_index`` marks no reuse, and a SiLU
+        # it reads is inlined into it, as is the upsampling into the concatenation)
         return (any(u.target is _EXPAND and larger(u) for u in node.users)
-                or any(self.fusible(r) and not oplib.is_reduction(r) and larger(r) for r in self.readers(node)))
+                or any(oplib.is_pointwise(r) and larger(r) for r in self.readers(node)))
 
     def _copied_views(self, node: fx.Node) -> list[fx.Node]:
         """The views of ``node`` that Inductor copies (``_copied_view``): its own, and those
@@ -211,6 +222,8 @@ class Inlining:
         ops = frozenset([n.name]).union(*(self._info[a][2] for a in n.all_input_nodes))
         heavy = any(self._info[a][3] for a in n.all_input_nodes)
         big_loads: frozenset[str] = frozenset().union(*(self._info[a][4] for a in n.all_input_nodes))
+        if is_multi_output(n):
+            return True, loads, ops, heavy, big_loads  # its items decide (``_inlinable``)
         val = n.meta.get("val")
         device = val.device.type if isinstance(val, torch.Tensor) else "cpu"
         if device == "cpu" and getattr(n.target, "overloadpacket", None) is not None:
@@ -230,10 +243,14 @@ class Inlining:
                      and self._broadcast(n))
         fanout = several or (broadcast and not self._loop_reuse_apart)
         copies = self._copied_views(n)
+        # A max-pool (a tuple Inductor lowers item by item) loads its input once per window
+        # element and asks it to be written first (``realize_hint``): the zoo CNN's batch-norm
+        # ReLU before its pool is written (its body loads five buffers).
+        pooled = any(is_multi_output(r) and self.fusible(r) for r in self.readers(n))
         written = (len(loads) > limit["acc_reads"] or nops > limit["max_ops"]
                    or ((several or broadcast) and (heavy or nops > limit["ops"]))
                    or (fanout and len(loads) > limit["reads"])
-                   or (copies and len(big_loads) > 1))  # realize_hint: see _copied_view
+                   or ((copies or pooled) and len(big_loads) > 1))  # realize_hint: see _copied_view
         if written:
             return False, frozenset([n.name]), frozenset(), False, _big(n)
         self._copies.update(copies)
@@ -333,8 +350,8 @@ _CAT = torch.ops.aten.cat.default
 
 def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid: set[str] = frozenset(),
                  fusion: bool = False, channels_last: bool = False,
-                 workspace: Callable[[fx.Node], int] | None = None, symbolic: bool = False
-                 ) -> tuple[list[Step], dict[str, str | None]]:
+                 workspace: Callable[[fx.Node], int] | None = None, symbolic: bool = False,
+                 channels_last_inputs: set[str] = frozenset()) -> tuple[list[Step], dict[str, str | None]]:
     """Steps of one graph, and the storage of each node by name; ``rename`` maps a
     placeholder to the storage it arrives in. Inputs in ``relaid`` are copied to a new
     layout before their first use (Inductor's channels-last convolutions): the copy
@@ -343,7 +360,9 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     their readers keep alive what they were computed from instead. ``workspace(node)``: bytes
     the node's kernel allocates beyond its outputs while it runs (``workspace.py``).
     ``symbolic``: bytes as sympy expressions in the graph's size symbols (``sizes.node_bytes_expr``),
-    for the peak at every size (``peak_expressions``); a workspace stays its traced size."""
+    for the peak at every size (``peak_expressions``); a workspace stays its traced size.
+    ``channels_last_inputs``: the inputs that arrive laid out channels-last (a backward's saved
+    activations that Inductor's layout optimization laid out so in the forward)."""
     node_bytes, tensor_bytes = (node_bytes_expr, tensor_bytes_expr) if symbolic else (_node_bytes, _tensor_bytes)
     storage: dict[fx.Node, str | None] = {}
     needs: dict[fx.Node, frozenset[str]] = {}  # storages that reading the node's value touches
@@ -391,7 +410,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             base_node = next((a for a in node.all_input_nodes), None)
             storage[node] = storage.get(base_node) if base is not None and base_node is not None else None
             needs[node] = needs.get(base_node, frozenset()) if base is not None and base_node is not None else frozenset()
-        elif is_multi_output(node):
+        elif is_multi_output(node) and not (fusion and inlining.fused_away(node)):
             # The op allocates all its outputs while its inputs are alive (a library call:
             # the flash attention backward's three gradients, measured on HF BERT); each
             # item lives in the storage of its getitem, one the graph never reads dies here.
@@ -444,10 +463,10 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                     conv_copies.setdefault(conv, []).append(copy)
         if node in conv_copies:
             reads = reads.union(conv_copies.pop(node))
-        if deferred and fusion and oplib.is_index_put(node):
+        if deferred and fusion and (oplib.is_index_put(node) or _compat.inductor_scatters_in_aten(node)):
             # Inductor scatters into a copy of what it is given, made in the scatter's own
             # buffer: a constant read by nothing else is never made (the zeros an
-            # embedding's gradient accumulates into).
+            # embedding's gradient accumulates into; a max-pool backward's, scattered by ATen).
             target = node.args[0]
             if _lazy_constant(target) and readers(target) == [node]:
                 deferred.pop(storage[target], None)
@@ -457,7 +476,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                     allocates[s] = deferred.pop(s)
         if fusion and node.target is _CAT and storage[node] is not None:
             _read_from_concatenation(node, storage[node], needs, inlining, folded)
-        concat_copies = (_concatenation_copies(node, prefers_channels_last)
+        concat_copies = (_concatenation_copies(node, prefers_channels_last, channels_last_inputs)
                          if fusion and channels_last and phase == "backward" and node.target is _CAT else 0)
         if concat_copies:
             # In a backward (where it is recomputed; a forward's is written once, measured),
@@ -504,6 +523,20 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             scratch = workspace(node)
             if scratch:
                 allocates[f"{phase}:{node.name}:workspace"] = scratch
+        if fusion and _compat.inductor_scatters_in_aten(node):
+            # The scatter's output (a copy of what it scatters into: the zeros of a max-pool's
+            # backward) and the copies of its operands (``_scatter_operands_copied``) are
+            # written by the kernels before the call, while what those read is alive (on
+            # CPU, freed after that stretch): a step of their own right before it.
+            made = {f"{phase}:{node.name}:{a.name}": node_bytes(a)
+                    for a in (_scatter_operands_copied(node, prefers_channels_last, channels_last_inputs)
+                              if channels_last else ())}
+            if kernel_groups and storage[node] in allocates:
+                made[storage[node]] = allocates.pop(storage[node])
+            if made:
+                held.setdefault(node, []).append(Step(f"{node.name}:operands", allocates=made, phase=phase,
+                                                      frees_late=kernel_groups))
+                reads = reads.union(made)
         # Inductor writes in place only from kernels it generates, not library calls, and
         # not from a gather (its loads go through an index, not the place it writes); an
         # index_put scatters into the tensor it is given (an embedding gradient's zeros).
@@ -594,7 +627,8 @@ def _copied_for_convolution_backward(node: fx.Node) -> list[fx.Node]:
     return [u for u in node.users if u.target is _CONV_BACKWARD and node in u.args[:2]][:1]
 
 
-def _concatenation_copies(cat: fx.Node, prefers_channels_last: set[fx.Node]) -> int:
+def _concatenation_copies(cat: fx.Node, prefers_channels_last: set[fx.Node],
+                          channels_last_inputs: set[str] = frozenset()) -> int:
     """How many copies of a backward's concatenation, beyond the one the graph reads, its
     kernel writes, for a concatenation that a convolution backward reads and that computes one
     of its parts in its own kernel (a nearest upsampling, an activation; a concatenation of
@@ -604,12 +638,16 @@ def _concatenation_copies(cat: fx.Node, prefers_channels_last: set[fx.Node]) -> 
       (``GraphLowering.run_node``'s ``need_fixed_layout``), so the kernel writes the
       channels-last concatenation, the value in the traced strides, and a channels-last copy
       for the convolution: two more;
-    - read by the convolution backward alone and not laid out channels-last by Inductor's
-      layout optimization (its parts come from saved values, no convolution of this graph
-      before it): the concatenation and one copy for the call;
-    - read by it alone and laid out channels-last (its parts come from recomputed
-      convolutions, ``_compat.inductor_prefers_channels_last``): written once (a U-Net's
-      Rotor plans measured 10-24% under their predictions when counted as three).
+    - read by the convolution backward alone and laid out channels-last: written once.
+      Inductor's layout optimization lays it out so when its parts come from recomputed
+      convolutions (``_compat.inductor_prefers_channels_last``; a U-Net's Rotor plans measured
+      10-24% under their predictions when counted as three), and so does the concatenation
+      itself when one part is a buffer already laid out channels-last (``ConcatKernel.create``):
+      a saved activation that arrives so (``channels_last_inputs``) or a convolution's output
+      (a U-Net's Rotor plan concatenating a saved skip activation measured one 14 MB buffer
+      where one copy more was counted);
+    - read by it alone otherwise (every part computed in its kernel from values laid out
+      otherwise): the concatenation and one copy for the call.
     """
     users = set(cat.users)
     if not any(u.target is _CONV_BACKWARD and cat in u.args[:2] for u in users):
@@ -619,7 +657,63 @@ def _concatenation_copies(cat: fx.Node, prefers_channels_last: set[fx.Node]) -> 
         return 0
     if len(users) > 1:
         return 2
-    return 0 if cat in prefers_channels_last else 1
+    if cat in prefers_channels_last:
+        return 0
+    fixed_channels_last = any(
+        isinstance(a, NODES) and ((a.op == "placeholder" and a.name in channels_last_inputs)
+                                  or a.target is _CONVOLUTIONS[0]
+                                  or (oplib.is_getitem(a) and a.args[0].target is _CONV_BACKWARD))
+        for a in cat.args[0])
+    return 0 if fixed_channels_last else 1
+
+
+def _scatter_operands_copied(scatter: fx.Node, prefers_channels_last: set[fx.Node],
+                             channels_last_inputs: set[str]) -> list[fx.Node]:
+    """The index and source of an ATen scatter (``_compat.inductor_scatters_in_aten``) that
+    Inductor copies into buffers of their own for the call: views that flatten a 4-d value
+    laid out channels-last (``_laid_out_channels_last``), which no strides can express. A
+    max-pool's backward scatters its output's gradient (a convolution backward's output)
+    through the indices computed from its offsets, both laid out channels-last: two copies
+    beside the indices and the scatter's output, measured on the zoo's CNN (16% over its
+    prediction without them) and issue #27's U-Net."""
+    memo: dict[fx.Node, bool] = {}
+    found = []
+    for a in (scatter.args[2], scatter.args[3]) if len(scatter.args) > 3 else ():
+        if not (isinstance(a, NODES) and oplib.is_view(a) and isinstance(a.args[0], NODES)):
+            continue
+        base, val = a.args[0], a.meta.get("val")
+        base_val = base.meta.get("val")
+        if (isinstance(val, torch.Tensor) and isinstance(base_val, torch.Tensor) and base_val.dim() == 4
+                and val.dim() != 4 and _laid_out_channels_last(base, prefers_channels_last, channels_last_inputs, memo)):
+            found.append(a)
+    return found
+
+
+def _laid_out_channels_last(node: fx.Node, prefers_channels_last: set[fx.Node], channels_last_inputs: set[str],
+                            memo: dict[fx.Node, bool]) -> bool:
+    """Is this 4-d value laid out channels-last by Inductor: a convolution's output or its
+    gradients, a value its layout optimization claims, an input that arrives so, or a kernel
+    of its own over one of those (a pointwise value takes its inputs' layout)?"""
+    found = memo.get(node)
+    if found is not None:
+        return found
+    memo[node] = False  # (a cycle cannot occur in a graph; this bounds the walk)
+    if node.op == "placeholder":
+        found = node.name in channels_last_inputs
+    elif node in prefers_channels_last or node.target is _CONVOLUTIONS[0]:
+        found = True
+    elif oplib.is_getitem(node) and isinstance(node.args[0], NODES) and node.args[0].target is _CONV_BACKWARD:
+        found = True
+    elif node.op == "call_function" and oplib.is_inductor_pointwise(node) and not oplib.is_reduction(node):
+        # an item of a tuple lowered item by item (a max-pool's offsets) is computed from the op's inputs
+        inputs = node.args[0].all_input_nodes if oplib.is_getitem(node) else node.all_input_nodes
+        found = any(isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].dim() == 4
+                    and _laid_out_channels_last(a, prefers_channels_last, channels_last_inputs, memo)
+                    for a in inputs)
+    else:
+        found = False
+    memo[node] = found
+    return found
 
 
 def library_call(node: fx.Node) -> bool:
@@ -637,7 +731,8 @@ def _written_at_reader(node: fx.Node) -> fx.Node | None:
     writes such a value only when lowering that call (``ExternKernel.realize_input``):
     ``GraphLowering.run_node`` realizes a value at its own node only for several readers,
     an output, or too big a body to inline."""
-    if (node.op != "call_function" or not oplib.is_fusible(node) or oplib.is_view(node) or oplib.is_getitem(node)
+    if (node.op != "call_function" or not oplib.is_inductor_pointwise(node) or oplib.is_view(node)
+            or oplib.is_getitem(node)
             or oplib.is_reduction(node) or is_multi_output(node) or _lazy_constant(node)):
         return None
     user = node
@@ -758,8 +853,12 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
             rename[node.name] = fwd_storage[node.name]
         elif node.name.startswith("tangents"):
             rename[node.name] = f"backward:{node.name}"
+    # Saved activations Inductor laid out channels-last in the forward arrive so in the backward.
+    arrive_channels_last = ({n.name for n in _compat.inductor_prefers_channels_last(fwd)}
+                            if fusion and channels_last else set())
     bwd_steps, bwd_storage = _graph_steps(bwd, "backward", rename, fusion=fusion, channels_last=channels_last,
-                                          workspace=workspace, symbolic=symbolic)
+                                          workspace=workspace, symbolic=symbolic,
+                                          channels_last_inputs=arrive_channels_last)
     bwd_outputs = {bwd_storage[n.name] for n in _output_nodes(bwd) if bwd_storage.get(n.name)}
     user_outputs = {
         s for a in fwd_out_args[:num_user_outputs] if isinstance(a, NODES)
