@@ -218,6 +218,12 @@ def is_inductor_pointwise(node: fx.Node) -> bool:
     return bool(_flags(node) & _LOWERED_POINTWISE) or (node.target in _gathers() and _integer_indices(node))
 
 
+def lowered_item_by_item(node: fx.Node) -> bool:
+    """Does Inductor lower this tuple-returning op as separate pointwise values, one per item,
+    not as one call (a max-pool's result and offsets, ``_POINTWISE_LOWERED_PRIMS``)?"""
+    return bool(_flags(node) & _LOWERED_POINTWISE) and isinstance(node.meta.get("val"), (list, tuple))
+
+
 def is_index_put(node: fx.Node) -> bool:
     """An ``index_put`` that Inductor lowers as a scatter kernel into the tensor it writes
     into (``lowering.py::index_put_impl_``), not as a library call: integer indices."""

@@ -71,8 +71,9 @@ def _inlinable(node: fx.Node, memo: Inlining) -> bool:
     if is_multi_output(node) or oplib.is_getitem(node):
         # A tuple Inductor lowers item by item (a max-pool's values and offsets,
         # ``oplib.is_inductor_pointwise``) is no buffer of its own: each item is a pointwise
-        # value that is inlined or written as any other. Any other tuple is one library call.
-        if not memo.fusible(node) or oplib.is_fusible(node):
+        # value that is inlined or written as any other. Any other tuple is written whole.
+        tuple_op = node if is_multi_output(node) else node.args[0]
+        if not (isinstance(tuple_op, NODES) and oplib.lowered_item_by_item(tuple_op)):
             return False
         if is_multi_output(node):
             return True
@@ -224,12 +225,13 @@ class Inlining:
         big_loads: frozenset[str] = frozenset().union(*(self._info[a][4] for a in n.all_input_nodes))
         if is_multi_output(n):
             return True, loads, ops, heavy, big_loads  # its items decide (``_inlinable``)
-        if oplib.is_getitem(n) and len(ops) > 2:
-            # An item of a max-pool whose input is inlined into it: Inductor counts the input's
-            # body once per window element, and the offsets of a pooled SiLU were written
-            # (``has_large_inner_fn``; issue #27's U-Net, Checkmate's least plan, 0.6% over its
-            # prediction when inlined). Taken as written whenever the input is inlined: at
-            # worst one small int8 buffer counted that Inductor does not write.
+        if oplib.is_getitem(n) and n.args[1] == 1 and len(ops) - 2 >= 2:  # (a candidate item: a max-pool's)
+            # A max-pool's offsets (its argmax, item 1) over an input inlined into it: Inductor
+            # counts the input's body once per window element, with the argmax's compares, and
+            # writes the offsets when that passes its op limit (``has_exceeded_max_reads``): a
+            # pooled SiLU's (four ops) were written (issue #27's U-Net, Checkmate's least plan:
+            # 0.6% over its prediction when taken as inlined), a ReLU's are not. Taken as written
+            # from two inlined ops up: at worst a small int8 buffer Inductor does not write.
             return False, frozenset([n.name]), frozenset(), False, _big(n)
         val = n.meta.get("val")
         device = val.device.type if isinstance(val, torch.Tensor) else "cpu"
@@ -253,7 +255,7 @@ class Inlining:
         # A max-pool (a tuple Inductor lowers item by item) loads its input once per window
         # element and asks it to be written first (``realize_hint``): the zoo CNN's batch-norm
         # ReLU before its pool is written (its body loads five buffers).
-        pooled = any(is_multi_output(r) and self.fusible(r) for r in self.readers(n))
+        pooled = any(oplib.lowered_item_by_item(r) for r in self.readers(n))
         written = (len(loads) > limit["acc_reads"] or nops > limit["max_ops"]
                    or ((several or broadcast) and (heavy or nops > limit["ops"]))
                    or (fanout and len(loads) > limit["reads"])

@@ -88,7 +88,8 @@ def _disagreements(graph: dict) -> list[tuple[str, bool, int]]:
                 or timeline._lazy_constant(n)):  # constants: made where first needed, or never
             continue
         ours = not inlining.fused_away(n)
-        tuple_item = n.target is operator.getitem and not inlining.fusible(n.args[0])  # (a max-pool's: its own)
+        # (an item of a tuple Inductor lowers item by item, a max-pool's, is a buffer of its own or none)
+        tuple_item = n.target is operator.getitem and not oplib.lowered_item_by_item(n.args[0])
         theirs = n.name in inductor or (tuple_item and (n.args[0].name in inductor or n.args[0].name in lowered_from))
         if not ours and theirs and n.name in copied_for:
             continue
