@@ -70,7 +70,7 @@ def _inlinable(node: fx.Node, memo: Inlining) -> bool:
         return False
     if is_multi_output(node) or oplib.is_getitem(node):
         # A tuple Inductor lowers item by item (a max-pool's values and offsets,
-        # ``oplib.is_inductor_pointwise``) is no buffer of its own: each item is a pointwise
+        # ``oplib.lowered_item_by_item``) is no buffer of its own: each item is a pointwise
         # value that is inlined or written as any other. Any other tuple is written whole.
         tuple_op = node if is_multi_output(node) else node.args[0]
         if not (isinstance(tuple_op, NODES) and oplib.lowered_item_by_item(tuple_op)):
@@ -668,12 +668,18 @@ def _concatenation_copies(cat: fx.Node, prefers_channels_last: set[fx.Node],
         return 2
     if cat in prefers_channels_last:
         return 0
-    fixed_channels_last = any(
-        isinstance(a, NODES) and ((a.op == "placeholder" and a.name in channels_last_inputs)
-                                  or a.target is _CONVOLUTIONS[0]
-                                  or (oplib.is_getitem(a) and a.args[0].target is _CONV_BACKWARD))
-        for a in cat.args[0])
-    return 0 if fixed_channels_last else 1
+    fixed = any(isinstance(a, NODES) and _fixed_channels_last(a, channels_last_inputs) for a in cat.args[0])
+    return 0 if fixed else 1
+
+
+def _fixed_channels_last(node: fx.Node, channels_last_inputs: set[str]) -> bool:
+    """Is this value a buffer whose layout is fixed channels-last before any kernel of this
+    graph reads it: an input that arrives so, a convolution's output or a convolution
+    backward's gradient?"""
+    if node.op == "placeholder":
+        return node.name in channels_last_inputs
+    return node.target is _CONVOLUTIONS[0] or (
+        oplib.is_getitem(node) and isinstance(node.args[0], NODES) and node.args[0].target is _CONV_BACKWARD)
 
 
 def _scatter_operands_copied(scatter: fx.Node, prefers_channels_last: set[fx.Node],
@@ -706,12 +712,7 @@ def _laid_out_channels_last(node: fx.Node, prefers_channels_last: set[fx.Node], 
     found = memo.get(node)
     if found is not None:
         return found
-    memo[node] = False  # (a cycle cannot occur in a graph; this bounds the walk)
-    if node.op == "placeholder":
-        found = node.name in channels_last_inputs
-    elif node in prefers_channels_last or node.target is _CONVOLUTIONS[0]:
-        found = True
-    elif oplib.is_getitem(node) and isinstance(node.args[0], NODES) and node.args[0].target is _CONV_BACKWARD:
+    if _fixed_channels_last(node, channels_last_inputs) or node in prefers_channels_last:
         found = True
     elif node.op == "call_function" and oplib.is_inductor_pointwise(node) and not oplib.is_reduction(node):
         # an item of a tuple lowered item by item (a max-pool's offsets) is computed from the op's inputs
