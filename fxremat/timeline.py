@@ -360,7 +360,8 @@ _CAT = torch.ops.aten.cat.default
 def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid: set[str] = frozenset(),
                  fusion: bool = False, channels_last: bool = False,
                  workspace: Callable[[fx.Node], int] | None = None, symbolic: bool = False,
-                 channels_last_inputs: set[str] = frozenset()) -> tuple[list[Step], dict[str, str | None]]:
+                 channels_last_inputs: set[str] = frozenset(), prefers_channels_last: set[fx.Node] | None = None
+                 ) -> tuple[list[Step], dict[str, str | None]]:
     """Steps of one graph, and the storage of each node by name; ``rename`` maps a
     placeholder to the storage it arrives in. Inputs in ``relaid`` are copied to a new
     layout before their first use (Inductor's channels-last convolutions): the copy
@@ -371,7 +372,8 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     ``symbolic``: bytes as sympy expressions in the graph's size symbols (``sizes.node_bytes_expr``),
     for the peak at every size (``peak_expressions``); a workspace stays its traced size.
     ``channels_last_inputs``: the inputs that arrive laid out channels-last (a backward's saved
-    activations that Inductor's layout optimization laid out so in the forward)."""
+    activations that Inductor's layout optimization laid out so in the forward).
+    ``prefers_channels_last``: ``_compat.inductor_prefers_channels_last(gm)`` if the caller has it."""
     node_bytes, tensor_bytes = (node_bytes_expr, tensor_bytes_expr) if symbolic else (_node_bytes, _tensor_bytes)
     storage: dict[fx.Node, str | None] = {}
     needs: dict[fx.Node, frozenset[str]] = {}  # storages that reading the node's value touches
@@ -386,7 +388,8 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     base_of: dict[fx.Node, str | None] = {}  # storage_of of each node seen, which its views share
     relaid_cats: set[fx.Node] = set()  # concatenations Inductor copies for their convolutions (_concatenation_copies)
     conv_copies: dict[fx.Node, list[str]] = {}  # convolution backward -> channels-last copies it reads
-    prefers_channels_last = _compat.inductor_prefers_channels_last(gm) if fusion and channels_last else set()
+    if prefers_channels_last is None:
+        prefers_channels_last = _compat.inductor_prefers_channels_last(gm) if fusion and channels_last else set()
     into_cat = _computed_into_concatenation(gm, inlining, prefers_channels_last, addmms) if fusion else {}
     # Inductor's C++ backend generates one function for all the kernels between two library
     # calls and frees what they read for the last time only after it: all of that stretch's
@@ -853,8 +856,9 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
     # Channels-last convolutions (Inductor's layout optimization), even where no input needs a copy.
     channels_last = bool(relaid) or (fusion and any(fwd.graph.find_nodes(op="call_function", target=_CONVOLUTIONS[0]))
                                      and _compat.inductor_relayouts_convolutions(fwd))
+    fwd_prefers = _compat.inductor_prefers_channels_last(fwd) if fusion and channels_last else set()
     fwd_steps, fwd_storage = _graph_steps(fwd, "forward", {}, relaid, fusion, channels_last=channels_last,
-                                          workspace=workspace, symbolic=symbolic)
+                                          workspace=workspace, symbolic=symbolic, prefers_channels_last=fwd_prefers)
     # The backward's saved inputs arrive in the storages the forward returned them in.
     fwd_out_args = list(next(iter(fwd.graph.find_nodes(op="output"))).args[0])
     rename = {}
@@ -864,8 +868,7 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
         elif node.name.startswith("tangents"):
             rename[node.name] = f"backward:{node.name}"
     # Saved activations Inductor laid out channels-last in the forward arrive so in the backward.
-    arrive_channels_last = ({n.name for n in _compat.inductor_prefers_channels_last(fwd)}
-                            if fusion and channels_last else set())
+    arrive_channels_last = {n.name for n in fwd_prefers}
     bwd_steps, bwd_storage = _graph_steps(bwd, "backward", rename, fusion=fusion, channels_last=channels_last,
                                           workspace=workspace, symbolic=symbolic,
                                           channels_last_inputs=arrive_channels_last)
