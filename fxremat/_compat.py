@@ -114,6 +114,18 @@ def inductor_tells_loop_reuse_apart() -> bool:
 
 
 @functools.cache
+def backward_frees_incoming_gradients() -> bool:
+    """Does a compiled backward free each incoming gradient at its last use: autograd's
+    engine hands AOTAutograd's backward its gradients in a list the backward empties
+    (``Function.boxed_grads_call``, ``BackwardCFunction.apply_boxed``: torch 2.13), not in a
+    tuple it holds until the backward returns (torch 2.11). Measured on 2.13, CPU, Inductor and
+    op by op: Hugging Face GPT-2's logits gradient (1 MiB) freed after the head's matmuls."""
+    from torch.autograd.function import BackwardCFunction
+
+    return callable(getattr(BackwardCFunction, "apply_boxed", None))
+
+
+@functools.cache
 def inductor_heavy_ops_on_cpu() -> frozenset[str]:
     """The ops whose use makes Inductor write a CPU value read more than once
     (``StorageBox.should_realize_on_reuse``'s ``heavy_ops``: exp and sigmoid on torch 2.11;

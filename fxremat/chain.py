@@ -33,7 +33,7 @@ import torch.fx as fx
 from . import _compat, oplib
 from .passes import rotor
 from .passes.memory import Step, simulate
-from .sizes import is_multi_output, is_tensor_node, node_bytes, storage_bytes, storage_of
+from .sizes import is_multi_output, is_scalar_tensor, is_tensor_node, node_bytes, storage_bytes, storage_of
 
 
 @dataclasses.dataclass
@@ -370,12 +370,14 @@ def _first_violation(lin: Linearization) -> tuple[int, int] | None:
     return None
 
 
-def _overhead(ops: list[fx.Node], inputs: set[str]) -> int:
+def _overhead(ops: list[fx.Node], inputs: set[str], inlining=None) -> int:
     """Peak bytes of a segment's temporaries: values it allocates and uses only inside
     (its outputs are counted by the chain as a^s, abar^s or delta^(s-1)). Every op's
-    output counts, fused or not: an upper bound, which the budget search relies on
-    (counting only what the timeline's ``Inlining`` writes made the model undercount
-    what the emitted graphs write, and a plan the DP fitted predicted over the budget)."""
+    output counts, fused or not (an upper bound), or with ``inlining`` (the joint graph's
+    ``timeline.Inlining``: Inductor compiles it) only those Inductor writes, as the timeline
+    counts them: an MLP backward's overhead was 2-4x what the fused timeline holds (GPT-2).
+    Neither bounds the timeline, which checks every plan the DP returns; Rotor's search
+    tries both (``strategies.rotor.search``)."""
     inside = set(ops)
 
     def escapes(n: fx.Node) -> bool:  # read outside the segment, directly or through a view
@@ -385,15 +387,16 @@ def _overhead(ops: list[fx.Node], inputs: set[str]) -> int:
     for n in ops:
         temporary = not escapes(n)
         base = storage_of(n)
-        allocates = {n.name: node_bytes(n)} if temporary and base == n.name and base not in inputs and not \
-            isinstance(n.meta.get("val"), (list, tuple)) else {}
+        fused = inlining is not None and n.op == "call_function" and inlining.fused_away(n)
+        allocates = {n.name: node_bytes(n)} if temporary and not fused and base == n.name and base not in inputs \
+            and not isinstance(n.meta.get("val"), (list, tuple)) else {}
         steps.append(Step(n.name, allocates=allocates, reads=[storage_of(a) or "" for a in n.all_input_nodes]))
     return simulate(steps).peak_bytes if steps else 0
 
 
 def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str],
                 gradients: list[fx.Node] = (), later_graphs: tuple[int, int] = (0, 0),
-                incoming: tuple[list[fx.Node], int] = ((), 0)) -> rotor.Chain:
+                incoming: tuple[list[fx.Node], int] = ((), 0), fused: bool = False) -> rotor.Chain:
     """The stages' Rotor parameters; ``gradients`` (backward outputs some stage makes:
     ``gradients_in_chain``) made in a stage's ``B^s`` are its ``w_g^s``, held from then to
     the end of the step; ``later_graphs`` (``Budget.later_graphs`` and ``later_graphs_kept``)
@@ -401,12 +404,23 @@ def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]
     loss stage's ``o_f`` and ``w_g``).
 
     ``incoming``: the forward's outputs whose gradients the backward is handed, and those
-    gradients' bytes (the tangents). Autograd holds them from the backward's start to its end,
-    so they are the loss stage's kept bytes, and a stage output that is one of those outputs
-    has no ``delta`` of its own to count (Hugging Face GPT-2's logits, whose 1.65 GB gradient
-    was counted twice near the turn, and at the turn while it did not exist yet)."""
+    gradients' bytes (the tangents). Where autograd holds them from the backward's start to
+    its end (``_compat.backward_frees_incoming_gradients``), they are the loss stage's kept
+    bytes, and a stage output that is one of those outputs has no ``delta`` of its own to
+    count (Hugging Face GPT-2's logits, whose 1.65 GB gradient was counted twice near the
+    turn, and at the turn while it did not exist yet). Where the backward frees each at its
+    last use, the gradients of the last stage's outputs are that stage's ``delta``, freed
+    with its ``B``; the others stay kept (an upper bound), as does a scalar's (the loss's
+    seed gradient, which ``loss.backward()`` holds)."""
     outputs, tangent_bytes = incoming
+    from .timeline import Inlining
+
+    inlining = Inlining() if fused else None
     handed = {storage_of(n) for n in outputs} - {None}
+    if lin.stages and _compat.backward_frees_incoming_gradients():
+        last = {storage_of(n) for n in lin.stages[-1].boundary if not is_scalar_tensor(n)} & handed
+        tangent_bytes = max(tangent_bytes - sum(node_bytes(n) for n in outputs if storage_of(n) in last), 0)
+        handed -= last
     u_f, u_b, w_a, w_abar, o_f, o_b = [], [], [], [], [], []
     w_delta = []
     w_g = [0] * len(lin.stages)
@@ -429,8 +443,8 @@ def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]
         w_a.append(storage_bytes(st.boundary, inputs))
         w_delta.append(storage_bytes([n for n in st.boundary if storage_of(n) not in handed], inputs))
         w_abar.append(storage_bytes(st.boundary + st.saved, inputs))
-        o_f.append(_overhead(st.forward, inputs))
-        o_b.append(_overhead(st.backward, inputs))
+        o_f.append(_overhead(st.forward, inputs, inlining))
+        o_b.append(_overhead(st.backward, inputs, inlining))
     return rotor.Chain(u_f=u_f, u_b=u_b, w_a=w_a, w_abar=w_abar, w_a0=0.0, w_delta=w_delta, o_f=o_f, o_b=o_b,
                        w_g=w_g, u_f_last=u_f_last).with_loss(turn=later_graphs[0],
                                                             turn_kept=later_graphs[1] + tangent_bytes)

@@ -125,6 +125,12 @@ def is_tensor_node(node: fx.Node) -> bool:
     return isinstance(node.meta.get("val"), torch.Tensor)
 
 
+def is_scalar_tensor(node: fx.Node) -> bool:
+    """A one-element tensor (a loss); one with symbolic sizes is not taken for one."""
+    val = node.meta.get("val")
+    return isinstance(val, torch.Tensor) and all(type(d) is int and d == 1 for d in val.shape)
+
+
 def is_multi_output(node: fx.Node) -> bool:
     return isinstance(node.meta.get("val"), (list, tuple))
 
