@@ -21,8 +21,8 @@ from .aliasing import is_alias, readers, storage_node
 from .lite import NODES
 from .passes.memory import Step, Timeline, simulate
 from .workspace import channels_last_scratch_bytes
-from .sizes import (_hint, flat_tensors, is_multi_output, is_scalar_tensor, node_bytes, node_bytes_expr, storage_of, tensor_bytes,
-                    tensor_bytes_expr)
+from .sizes import (_hint, flat_tensors, is_multi_output, is_scalar_tensor, node_bytes, node_bytes_expr, storage_of,
+                    tensor_bytes, tensor_bytes_expr)
 
 _node_bytes, _tensor_bytes = node_bytes, tensor_bytes  # _graph_steps' names for them, when not symbolic
 
