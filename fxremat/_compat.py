@@ -117,9 +117,10 @@ def inductor_tells_loop_reuse_apart() -> bool:
 def backward_frees_incoming_gradients() -> bool:
     """Does a compiled backward free each incoming gradient at its last use: autograd's
     engine hands AOTAutograd's backward its gradients in a list the backward empties
-    (``Function.boxed_grads_call``, ``BackwardCFunction.apply_boxed``: torch 2.13), not in a
-    tuple it holds until the backward returns (torch 2.11). Measured on 2.13, CPU, Inductor and
-    op by op: Hugging Face GPT-2's logits gradient (1 MiB) freed after the head's matmuls."""
+    (``Function.boxed_grads_call``, ``BackwardCFunction.apply_boxed``: pytorch#177837, March
+    2026, in torch 2.13), not in a tuple it holds until the backward returns (torch 2.11, not
+    checked on it here). Measured on 2.13, CPU, Inductor and op by op: Hugging Face GPT-2's
+    logits gradient (1 MiB) freed after the head's matmuls."""
     from torch.autograd.function import BackwardCFunction
 
     return callable(getattr(BackwardCFunction, "apply_boxed", None))
