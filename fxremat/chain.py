@@ -33,7 +33,7 @@ import torch.fx as fx
 from . import _compat, oplib
 from .passes import rotor
 from .passes.memory import Step, simulate
-from .sizes import is_multi_output, is_scalar_tensor, is_tensor_node, node_bytes, storage_bytes, storage_of
+from .sizes import incoming_gradient_held, is_multi_output, is_tensor_node, node_bytes, storage_bytes, storage_of
 
 
 @dataclasses.dataclass
@@ -417,8 +417,8 @@ def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]
 
     inlining = Inlining() if fused else None
     handed = {storage_of(n) for n in outputs} - {None}
-    if lin.stages and _compat.backward_frees_incoming_gradients():
-        last = {storage_of(n) for n in lin.stages[-1].boundary if not is_scalar_tensor(n)} & handed
+    if lin.stages:
+        last = {storage_of(n) for n in lin.stages[-1].boundary if not incoming_gradient_held(n)} & handed
         tangent_bytes = max(tangent_bytes - sum(node_bytes(n) for n in outputs if storage_of(n) in last), 0)
         handed -= last
     u_f, u_b, w_a, w_abar, o_f, o_b = [], [], [], [], [], []

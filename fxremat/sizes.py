@@ -131,6 +131,14 @@ def is_scalar_tensor(node: fx.Node) -> bool:
     return isinstance(val, torch.Tensor) and all(type(d) is int and d == 1 for d in val.shape)
 
 
+def incoming_gradient_held(node: fx.Node) -> bool:
+    """Whether the backward's incoming gradient ``node`` (a tangent, or the forward output it
+    is the gradient of) stays alive until the backward returns: always where autograd holds
+    them (torch 2.11), else only a scalar's (the loss's seed, which ``loss.backward()``
+    holds); the others are freed at their last use (``_compat.backward_frees_incoming_gradients``)."""
+    return not _compat.backward_frees_incoming_gradients() or is_scalar_tensor(node)
+
+
 def is_multi_output(node: fx.Node) -> bool:
     return isinstance(node.meta.get("val"), (list, tuple))
 

@@ -21,7 +21,7 @@ from .aliasing import is_alias, readers, storage_node
 from .lite import NODES
 from .passes.memory import Step, Timeline, simulate
 from .workspace import channels_last_scratch_bytes
-from .sizes import (_hint, flat_tensors, is_multi_output, is_scalar_tensor, node_bytes, node_bytes_expr, storage_of,
+from .sizes import (_hint, flat_tensors, is_multi_output, incoming_gradient_held, node_bytes, node_bytes_expr, storage_of,
                     tensor_bytes, tensor_bytes_expr)
 
 _node_bytes, _tensor_bytes = node_bytes, tensor_bytes  # _graph_steps' names for them, when not symbolic
@@ -884,9 +884,8 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
     # (Hugging Face GPT-2's least plan: its logits gradient, 1 MiB, counted to the end,
     # predicted 14% over the step's measured peak), but for a scalar's: the loss's seed
     # gradient, which ``loss.backward()`` holds until the backward is done.
-    frees = _compat.backward_frees_incoming_gradients()
     keep |= {rename[n.name] for n in bwd.graph.find_nodes(op="placeholder")
-             if n.name.startswith("tangents") and n.name in rename and (not frees or is_scalar_tensor(n))}
+             if n.name.startswith("tangents") and n.name in rename and incoming_gradient_held(n)}
     if not hold_outputs:
         # Alive until the forward returns them; the caller drops them after its loss (HF
         # GPT-2 with the loss after a graph break: the logits, 1 MiB, were counted through
