@@ -87,7 +87,7 @@ def from_chain(chain: Chain) -> RematProblem:
     chain : Chain
         With an empty last gradient (``omega_delta^L = 0``: :meth:`Chain.with_loss
         <passes.rotor_chain.Chain.with_loss>`) and ``omega_abar^s >= omega_a^s`` at every
-        stage. ``u_f_last`` and ``w_g`` are not mapped.
+        stage. ``u_f_last``, ``w_abar_last`` and ``w_g`` are not mapped.
 
     Returns
     -------

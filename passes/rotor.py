@@ -87,8 +87,8 @@ __all__ = [
 def _discretise(chain: Chain, budget: float, bins: int | None) -> tuple[_Arrays, int]:
     """Sizes in whole bins (rounded up) and the budget in bins (rounded down)."""
     if bins is None:
-        values = (chain.w_a0, chain.w_delta0, budget) + chain.w_a + chain.w_abar + chain.w_delta \
-            + chain.o_f + chain.o_b + chain.w_g
+        values = (chain.w_a0, chain.w_delta0, budget) + chain.w_a + chain.w_abar + chain.w_abar_last \
+            + chain.w_delta + chain.o_f + chain.o_b + chain.w_g
         if not all(float(v).is_integer() for v in values):
             raise ValueError("bins=None (exact) needs integer sizes, overheads and budget; "
                              "scale them to a whole unit or pass a number of bins")

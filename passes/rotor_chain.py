@@ -223,6 +223,12 @@ class Chain:
         backward does not need (a transformer block's last projection) costs less there.
         An extension of the paper's model, which charges ``u_f`` and so overprices the last
         stage of every recomputed segment.
+    w_abar_last : sequence of float, optional
+        Size of what ``F_all^s`` keeps for ``B^s`` when it runs while the current gradient is
+        ``delta^s`` (default ``w_abar``): only what ``B^s`` reads, since ``a^s`` is then not
+        made unless ``B^s`` reads it. The memory twin of ``u_f_last``: a transformer MLP's
+        activation-function stage keeps its input for its backward, not its output (1 MiB
+        a layer of Hugging Face GPT-2 at width 128, counted at every block's backward).
 
     Returns
     -------
@@ -249,9 +255,11 @@ class Chain:
     zero-size stage: :meth:`with_loss`) and must end with ``delta^0``.
 
     * ``F_all^s``, ``F_ck^s``, ``F_∅^s`` need ``a^(s-1)`` (or ``abar^(s-1)``); while running
-      they use everything in memory plus their output (``w_abar^s`` for ``F_all``, else
-      ``w_a^s``) plus ``o_f^s``. ``F_all`` leaves ``abar^s``, the others ``a^s``;
-      ``F_∅`` then frees ``a^(s-1)`` unless it is part of ``abar^(s-1)``.
+      they use everything in memory plus their output (``w_abar^s`` for ``F_all``, or
+      ``w_abar_last^s`` while ``delta^s`` is current, else ``w_a^s``) plus ``o_f^s``.
+      ``F_all`` leaves ``abar^s`` (without ``a^s`` in the second case: no forward can read
+      it), the others ``a^s``; ``F_∅`` then frees ``a^(s-1)`` unless it is part of
+      ``abar^(s-1)``.
     * ``B^s`` needs ``delta^s``, ``abar^s`` and ``a^(s-1)``; while running it uses
       everything in memory plus ``w_delta^(s-1) + w_g^s + o_b^s``; it then frees ``delta^s``,
       ``abar^s`` and ``a^(s-1)`` (unless part of ``abar^(s-1)``), leaving ``delta^(s-1)``
@@ -280,6 +288,7 @@ class Chain:
     o_b: Sequence[float] | None = None
     w_g: Sequence[float] | None = None
     u_f_last: Sequence[float] | None = None
+    w_abar_last: Sequence[float] | None = None
 
     def __post_init__(self):
         n = len(self.u_f)
@@ -295,6 +304,7 @@ class Chain:
         fix("o_b", _floats([0.0] * n if self.o_b is None else self.o_b, n, "o_b"))
         fix("w_g", _floats([0.0] * n if self.w_g is None else self.w_g, n, "w_g"))
         fix("u_f_last", _floats(self.u_f if self.u_f_last is None else self.u_f_last, n, "u_f_last"))
+        fix("w_abar_last", _floats(self.w_abar if self.w_abar_last is None else self.w_abar_last, n, "w_abar_last"))
         fix("w_a0", _floats([self.w_a0], 1, "w_a0")[0])
         fix("w_delta0", _floats([self.w_a0 if self.w_delta0 is None else self.w_delta0], 1, "w_delta0")[0])
 
@@ -338,7 +348,8 @@ class Chain:
         return Chain(u_f=self.u_f + (0.0,), u_b=self.u_b + (0.0,), w_a=self.w_a + (0.0,),
                      w_abar=self.w_abar + (0.0,), w_a0=self.w_a0, w_delta=self.w_delta + (0.0,),
                      w_delta0=self.w_delta0, o_f=self.o_f + (float(turn),), o_b=self.o_b + (0.0,),
-                     w_g=self.w_g + (float(turn_kept),), u_f_last=self.u_f_last + (0.0,))
+                     w_g=self.w_g + (float(turn_kept),), u_f_last=self.u_f_last + (0.0,),
+                     w_abar_last=self.w_abar_last + (0.0,))
 
 
 @dataclasses.dataclass
@@ -392,6 +403,7 @@ class _Arrays:
         self.ulast = self.ufl + self.ub  # the same with delta^s current: a^s is not made
         self.wa = np.array((chain.w_a0,) + chain.w_a)
         self.wab = np.array((chain.w_a0,) + chain.w_abar)
+        self.wabl = np.array((chain.w_a0,) + chain.w_abar_last)  # F_all^s with delta^s current
         delta = np.array((chain.w_delta0,) + chain.w_delta)
         grads = np.array(z + chain.w_g)
         later = np.concatenate([np.cumsum(grads[::-1])[::-1][1:], [0.0]])  # later[k]: w_g of stages > k
@@ -400,5 +412,5 @@ class _Arrays:
         self.of = np.array(z + chain.o_f)
         self.ob = np.array(z + chain.o_b)
         if scale is not None:
-            for name in ("wa", "wab", "wd", "wdb", "of", "ob"):
+            for name in ("wa", "wab", "wabl", "wd", "wdb", "of", "ob"):
                 setattr(self, name, scale(getattr(self, name)))

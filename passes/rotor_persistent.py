@@ -15,7 +15,7 @@ Method
 Beaumont et al., ACM TOMS 2024, section 4.4 (Theorem 4.8, Algorithms 3 and 4),
 with ``omega_abar^s`` where the paper prints ``omega_a^s`` (ERRATA), an exact memory
 check at every split point, and the extensions of :class:`~passes.rotor_chain.Chain`
-(``w_g``, ``u_f_last``). The table is vectorised with numpy over the bins and the
+(``w_g``, ``u_f_last``, ``w_abar_last``). The table is vectorised with numpy over the bins and the
 left ends, in float32 (makespans are re-summed in float64 by the simulator)::
 
     P(s, t, m): best time to turn (a^(s-1), delta^t) into delta^(s-1) with a^(s-1) kept
@@ -23,6 +23,7 @@ left ends, in float32 (makespans are re-summed in float64 by the simulator)::
       of stages > t; wdb^s: what B^s adds, delta^(s-1) and w_g^s; see _Arrays.)
       F_all^s:  u_f + u_b + P(s+1, t, m - w_abar^s)   [s < t]; u_f_last + u_b [s = t]
                 if m >= max(wd^t + wab^s + of^s, wd^s + wdb^s + wab^s + ob^s)
+                (wab^s: w_abar_last^s where s = t, delta^s being current)
       F_ck^s:   u_f^s + Q(s, s+1, t, m)  if m >= wd^t + wa^s + of^s           [s < t]
     Q(s, j, t, m): same, a^(s-1) kept and a^(j-1) (counted in m) the latest forward output.
       checkpoint a^(j-1):  P(j, t, m - wa^(j-1)) + P(s, j-1, m)
@@ -90,7 +91,7 @@ def _persistent_table(c: _Arrays, S: int) -> list[np.ndarray]:
     ``O(L^3 S)`` time, ``O(L^2 S)`` memory.
     """
     n = c.n
-    wa, wab, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
+    wa, wab, wabl, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wabl", "wd", "wdb", "of", "ob"))
     uf = c.uf.astype(_DT)
     uall, ulast = c.uall.astype(_DT), c.ulast.astype(_DT)
     width = S + 1
@@ -105,7 +106,8 @@ def _persistent_table(c: _Arrays, S: int) -> list[np.ndarray]:
         Q = np.full((t + 1, width), np.inf, _DT)  # Q[s] = Q(s, j+1, t) entering step j
         for j in range(t, 0, -1):
             row = Pt[j]
-            thr_all = max(wd[t] + wab[j] + of[j], wd[j] + wdb[j] + wab[j] + ob[j])
+            held = wabl[j] if j == t else wab[j]  # F_all^t with delta^t current: w_abar_last
+            thr_all = max(wd[t] + held + of[j], wd[j] + wdb[j] + held + ob[j])
             if j == t:
                 row[min(thr_all, width):] = ulast[j]
             else:
@@ -151,7 +153,7 @@ def _persistent_sequence(c: _Arrays, P: list[np.ndarray], m0: int) -> list[Op]:
     ----------
     ``O(L)`` table reads an operation of the sequence.
     """
-    wa, wab, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
+    wa, wab, wabl, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wabl", "wd", "wdb", "of", "ob"))
     uf = c.uf.astype(_DT)
     uall, ulast = c.uall.astype(_DT), c.ulast.astype(_DT)
     inf = _DT(np.inf)
@@ -167,7 +169,8 @@ def _persistent_sequence(c: _Arrays, P: list[np.ndarray], m0: int) -> list[Op]:
             out.append(item)
             continue
         _, s, t, m = item
-        thr_all = max(wd[t] + wab[s] + of[s], wd[s] + wdb[s] + wab[s] + ob[s])
+        held = wabl[s] if s == t else wab[s]
+        thr_all = max(wd[t] + held + of[s], wd[s] + wdb[s] + held + ob[s])
         v_all = inf
         if m >= thr_all:
             v_all = ulast[s] if s == t else p(s + 1, t, m - wab[s]) + uall[s]
@@ -222,12 +225,14 @@ def _persistent_min_memory(c: _Arrays) -> float:
     ``O(L^3)``.
     """
     n = c.n
-    wa, wab, wd, wdb, of, ob = (getattr(c, x).astype(float) for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
+    wa, wab, wabl, wd, wdb, of, ob = (getattr(c, x).astype(float)
+                                      for x in ("wa", "wab", "wabl", "wd", "wdb", "of", "ob"))
     MP = [np.empty(0)] + [np.full(t + 1, np.inf) for t in range(1, n + 1)]  # MP[t][s]
     for t in range(1, n + 1):
         MQ = np.full(t + 1, np.inf)
         for j in range(t, 0, -1):
-            thr_all = max(wd[t] + wab[j] + of[j], wd[j] + wdb[j] + wab[j] + ob[j])
+            held = wabl[j] if j == t else wab[j]
+            thr_all = max(wd[t] + held + of[j], wd[j] + wdb[j] + held + ob[j])
             if j == t:
                 MP[t][j] = thr_all
             else:

@@ -44,8 +44,9 @@ from collections.abc import Iterable, Sequence
 
 from .rotor_chain import B, F_ALL, F_CK, F_NONE, Chain, Op, _Arrays
 
-# What is in memory at each chain position: nothing, a^l, or abar^l (which holds a^l).
-_NO, _A, _ABAR = 0, 1, 2
+# What is in memory at each chain position: nothing, a^l, abar^l (which holds a^l), or
+# abar^l made while delta^l was current (w_abar_last: a^l itself was not made).
+_NO, _A, _ABAR, _ABAR_LAST = 0, 1, 2, 3
 
 
 class InvalidSequence(ValueError):
@@ -76,15 +77,15 @@ def _apply(c: _Arrays, act: list, k: int, mem, op: Op):
     s = op.stage
     if not 1 <= s <= c.n:
         raise InvalidSequence(f"{op}: no stage {s} in a chain of {c.n} stages")
-    if act[s - 1] == _NO:
+    if act[s - 1] in (_NO, _ABAR_LAST):
         raise InvalidSequence(f"{op}: a^{s - 1} is not in memory")
     if op.kind == B:
         if k != s:
             raise InvalidSequence(f"{op}: needs delta^{s}, but the current gradient is delta^{k}")
-        if act[s] != _ABAR:
+        if act[s] not in (_ABAR, _ABAR_LAST):
             raise InvalidSequence(f"{op}: abar^{s} is not in memory (run F_all^{s} first)")
         during = mem + c.wdb[s] + c.ob[s]
-        mem = mem + c.wd[s - 1] - c.wd[s] - c.wab[s]
+        mem = mem + c.wd[s - 1] - c.wd[s] - (c.wabl[s] if act[s] == _ABAR_LAST else c.wab[s])
         act[s] = _NO
         if act[s - 1] == _A:
             act[s - 1] = _NO
@@ -92,7 +93,10 @@ def _apply(c: _Arrays, act: list, k: int, mem, op: Op):
         return s - 1, mem, during
     if act[s] != _NO:
         raise InvalidSequence(f"{op}: a^{s} is already in memory")
-    out, size = (_ABAR, c.wab[s]) if op.kind == F_ALL else (_A, c.wa[s])
+    if op.kind == F_ALL:  # with delta^s current, only what B^s reads (w_abar_last)
+        out, size = (_ABAR_LAST, c.wabl[s]) if k == s else (_ABAR, c.wab[s])
+    else:
+        out, size = _A, c.wa[s]
     during = mem + size + c.of[s]
     mem += size
     act[s] = out

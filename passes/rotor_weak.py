@@ -21,6 +21,7 @@ plus moving and then ``F_all`` (their recurrence has no term for it)::
       activation of index >= s-1, peak <= m not counting a^(s-1); s <= t <= l.
       F_all^s  [t = s]:  u_f + u_b + C(s+1, s+1, l, m - wab^s)  ([s = l]: u_f_last + u_b)
                          if m >= max(wd^l + wab^s + of^s, wd^s + wdb^s + wab^s + ob^s)
+                         (wab^s: w_abar_last^s where s = l, delta^s being current)
       F_∅^s    [t > s]:  u_f^s + C(s+1, t, l, m + wa^(s-1) - wa^s)   if m >= wd^l + wa^s + of^s
       F_ck^s   [t < l]:  u_f^s + min over t' in (t, l] of
                          C(s+1, t', l, m - wa^s) + C(s, t, t'-1, m)    if m >= wd^l + wa^s + of^s
@@ -77,7 +78,7 @@ def _weak_table(c: _Arrays, S: int) -> np.ndarray:
     ``O(L^4 S)`` time, ``O(L^3 S)`` memory.
     """
     n = c.n
-    wa, wab, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
+    wa, wab, wabl, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wabl", "wd", "wdb", "of", "ob"))
     width = S + 1
     cells = (n + 2) ** 3 * width
     if cells > 2 ** 28:
@@ -88,7 +89,8 @@ def _weak_table(c: _Arrays, S: int) -> np.ndarray:
     for d in range(0, n):
         for s in range(1, n + 1 - d):
             l = s + d
-            thr_all = max(wd[l] + wab[s] + of[s], wd[s] + wdb[s] + wab[s] + ob[s])
+            held = wabl[s] if s == l else wab[s]  # F_all^l with delta^l current: w_abar_last
+            thr_all = max(wd[l] + held + of[s], wd[s] + wdb[s] + held + ob[s])
             thr_f = wd[l] + wa[s] + of[s]
             cell = C[s, :, l]  # (t, m) view
             # F_all^s, t = s
@@ -139,7 +141,7 @@ def _weak_sequence(c: _Arrays, C: np.ndarray, m0: int) -> list[Op]:
     ----------
     ``O(L)`` table reads an operation of the sequence.
     """
-    wa, wab, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
+    wa, wab, wabl, wd, wdb, of, ob = (getattr(c, x).tolist() for x in ("wa", "wab", "wabl", "wd", "wdb", "of", "ob"))
     S = C.shape[-1] - 1
     inf = math.inf
 
@@ -156,7 +158,8 @@ def _weak_sequence(c: _Arrays, C: np.ndarray, m0: int) -> list[Op]:
         _, s, t, l, m = item
         options = []  # (value, rank, expansion in execution order)
         thr_f = wd[l] + wa[s] + of[s]
-        if t == s and m >= max(wd[l] + wab[s] + of[s], wd[s] + wdb[s] + wab[s] + ob[s]):
+        held = wabl[s] if s == l else wab[s]
+        if t == s and m >= max(wd[l] + held + of[s], wd[s] + wdb[s] + held + ob[s]):
             if s == l:
                 options.append((c.ulast[s], 0, [Op(F_ALL, s), Op(B, s)]))
             else:
@@ -200,12 +203,14 @@ def _weak_min_memory(c: _Arrays) -> float:
     ``O(L^4)``.
     """
     n = c.n
-    wa, wab, wd, wdb, of, ob = (getattr(c, x).astype(float) for x in ("wa", "wab", "wd", "wdb", "of", "ob"))
+    wa, wab, wabl, wd, wdb, of, ob = (getattr(c, x).astype(float)
+                                      for x in ("wa", "wab", "wabl", "wd", "wdb", "of", "ob"))
     M = np.full((n + 2, n + 2, n + 2), np.inf)
     for d in range(0, n):
         for s in range(1, n + 1 - d):
             l = s + d
-            thr_all = max(wd[l] + wab[s] + of[s], wd[s] + wdb[s] + wab[s] + ob[s])
+            held = wabl[s] if s == l else wab[s]  # F_all^l with delta^l current: w_abar_last
+            thr_all = max(wd[l] + held + of[s], wd[s] + wdb[s] + held + ob[s])
             thr_f = wd[l] + wa[s] + of[s]
             M[s, s, l] = thr_all if s == l else max(thr_all, wab[s] + M[s + 1, s + 1, l])
             if d == 0:

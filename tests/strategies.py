@@ -99,9 +99,10 @@ def chains(draw, max_stages=4, *, dag=False):
     """A Rotor chain of 1 to ``max_stages`` stages with small integer sizes and times.
 
     Mostly ``abar >= a`` (abar holds a), sometimes not, with or without the extensions
-    ``w_g`` and ``u_f_last`` (``u_f_last <= u_f``: ``F_all^s`` with ``delta^s`` current skips
-    the ops only ``a^s`` needs), with or without a loss stage. ``dag=True``: only chains
-    :mod:`passes.chain_dag` maps (``abar >= a``, no extension, always the loss stage)."""
+    ``w_g``, ``u_f_last`` and ``w_abar_last`` (``u_f_last <= u_f``, ``w_abar_last <= w_abar``:
+    ``F_all^s`` with ``delta^s`` current skips the ops and values only ``a^s`` needs), with or
+    without a loss stage. ``dag=True``: only chains :mod:`passes.chain_dag` maps (``abar >=
+    a``, no extension, always the loss stage)."""
     n = draw(st.integers(1, max_stages))
     ints = lambda hi: st.lists(st.integers(0, hi), min_size=n, max_size=n)  # noqa: E731
     maybe = (lambda s: s) if dag else (lambda s: st.none() | s)  # noqa: E731
@@ -112,10 +113,12 @@ def chains(draw, max_stages=4, *, dag=False):
     u_f = draw(ints(4))
     u_f_last = None if dag else draw(st.none() | st.lists(st.integers(0, 4), min_size=n, max_size=n).map(
         lambda cut: [max(f - c, 0) for f, c in zip(u_f, cut)]))
+    w_abar_last = None if dag else draw(st.none() | st.lists(st.integers(0, 4), min_size=n, max_size=n).map(
+        lambda cut: [max(b - c, 0) for b, c in zip(w_abar, cut)]))
     chain = Chain(u_f=u_f, u_b=draw(ints(3)), w_a=w_a, w_abar=w_abar, w_a0=draw(st.integers(0, 4)),
                   w_delta=draw(maybe(ints(4))), w_delta0=draw(maybe(st.integers(0, 4))),
                   o_f=draw(ints(6)), o_b=draw(ints(6)), w_g=None if dag else draw(st.none() | ints(3)),
-                  u_f_last=u_f_last)
+                  u_f_last=u_f_last, w_abar_last=w_abar_last)
     return chain.with_loss() if dag or draw(st.booleans()) else chain
 
 

@@ -23,7 +23,8 @@ TOY_SEQUENCE = ("F_ck^1 F_∅^2 F_∅^3 F_all^4 F_all^5 F_all^6 F_all^7 B^7 B^6 
 def scaled(chain, factor, integer=False):
     """The chain with every size and overhead multiplied by ``factor`` (then rounded)."""
     f = (lambda x: round(x * factor)) if integer else (lambda x: x * factor)  # noqa: E731
-    sizes = {name: [f(x) for x in getattr(chain, name)] for name in ("w_a", "w_abar", "w_delta", "o_f", "o_b")}
+    sizes = {name: [f(x) for x in getattr(chain, name)]
+             for name in ("w_a", "w_abar", "w_abar_last", "w_delta", "o_f", "o_b")}
     return dataclasses.replace(chain, w_a0=f(chain.w_a0), w_delta0=f(chain.w_delta0), **sizes)
 
 
@@ -140,10 +141,10 @@ def test_dominant_sizes_equal_brute_force():
     # Random chains rarely make some memory checks the binding ones (e.g. F_ck^s with a
     # large o_f^s and a large held gradient): here every size and every pair of sizes in
     # turn dominates, on a 3-stage chain whose gradient delta^3 is held from the start.
-    slots = [(f, i) for f in ("w_a", "w_abar", "w_delta", "o_f", "o_b") for i in range(3)]
+    slots = [(f, i) for f in ("w_a", "w_abar", "w_abar_last", "w_delta", "o_f", "o_b") for i in range(3)]
     for big in itertools.chain(([x] for x in slots), itertools.combinations(slots, 2)):
         values = {f: [1, 1, 1] if f.startswith("w_") else [0, 0, 0]
-                  for f in ("w_a", "w_abar", "w_delta", "o_f", "o_b")}
+                  for f in ("w_a", "w_abar", "w_abar_last", "w_delta", "o_f", "o_b")}
         for f, i in big:
             values[f][i] = 5
         chain = Chain(u_f=[1, 2, 3], u_b=[1, 1, 1], w_a0=1, **values)

@@ -296,7 +296,9 @@ def search_model_budget(problem: StagedProblem, solve_at: Callable[[float], Sche
         # model budgets before calling the budget infeasible; the least predicted of
         # all probes is the minimum feasible budget the error names.
         probes = [least]
-        for k in range(1, LEAST_LADDER + 1):
+        # The last rung is the plan that keeps every stage: the model is least accurate near
+        # its least plans, and at a fraction of 1.0 the budget is what keeping all needs.
+        for k in range(1, LEAST_LADDER + 2):
             model_budget = least_model * (most_model / least_model) ** (k / (LEAST_LADDER + 1))
             # A rung whose saved bytes alone are over the budget and the least peak so far
             # can change neither outcome: not built (most rungs of the least-memory search).
