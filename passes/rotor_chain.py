@@ -227,8 +227,8 @@ class Chain:
         Size of what ``F_all^s`` keeps for ``B^s`` when it runs while the current gradient is
         ``delta^s`` (default ``w_abar``): only what ``B^s`` reads, since ``a^s`` is then not
         made unless ``B^s`` reads it. The memory twin of ``u_f_last``: a transformer MLP's
-        activation-function stage keeps its input for its backward, not its output (1 MiB
-        a layer of Hugging Face GPT-2 at width 128, counted at every block's backward).
+        activation-function stage keeps its input for its backward, not its output (a small
+        ViT's, 1 MiB a layer: its least plan measured 7.82 MiB before, 7.56 MiB with it).
 
     Returns
     -------
