@@ -445,16 +445,20 @@ def rotor_chain(lin: Linearization, cost: dict[fx.Node, float], inputs: set[str]
         members, own = set(st.forward), set(st.backward)
         read = [a for n in st.backward for a in n.all_input_nodes if a in members and a not in own]
         u_f_last.append(sum(cost.get(n, 0.0) for n in needed_ops(st, read)))
-        # And, in the view of what Inductor writes, it holds for B^s only those of abar^s that
-        # B^s reads (through views too): a transformer MLP's activation stage keeps its input,
-        # not its output (ViT's least plan: 7.82 MiB, 7.56 MiB with it).
-        read_storages = {storage_of(a) for a in read}
-        w_abar_last.append(storage_bytes([n for n in st.boundary + st.saved
-                                          if not fused or storage_of(n) in read_storages], inputs))
         u_b.append(sum(cost.get(n, 0.0) for n in st.backward))
         w_a.append(storage_bytes(st.boundary, inputs))
         w_delta.append(storage_bytes([n for n in st.boundary if storage_of(n) not in handed], inputs))
         w_abar.append(storage_bytes(st.boundary + st.saved, inputs))
+        # And, in the view of what Inductor writes, F_all^s with delta^s current holds for B^s
+        # only those of abar^s that B^s reads (through views too): a transformer MLP's
+        # activation stage keeps its input, not its output (ViT's least plan: 7.82 MiB,
+        # 7.56 MiB with it). The every-value view keeps the upper bound, w_abar.
+        if fused:
+            read_storages = {storage_of(a) for a in read}
+            w_abar_last.append(storage_bytes([n for n in st.boundary + st.saved if storage_of(n) in read_storages],
+                                             inputs))
+        else:
+            w_abar_last.append(w_abar[-1])
         o_f.append(_overhead(st.forward, inputs, inlining))
         o_b.append(_overhead(st.backward, inputs, inlining))
     return rotor.Chain(u_f=u_f, u_b=u_b, w_a=w_a, w_abar=w_abar, w_a0=0.0, w_delta=w_delta, o_f=o_f, o_b=o_b,
