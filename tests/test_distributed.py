@@ -21,6 +21,7 @@ import torch.multiprocessing as mp
 from fxremat import models
 
 TIMEOUT_S = 240  # a whole two-rank run (about 10-25 s alone on 2 cores)
+STARTUP_TIMEOUT_S = 120  # spawning both ranks, before TIMEOUT_S counts
 COLLECTIVE_TIMEOUT_S = 180  # one collective: the other rank may still be compiling
 BATCH = dict(b=4, t=16, dim=64)
 
@@ -146,10 +147,18 @@ def _spawn(worker, args, what: str) -> list:
     folder = tempfile.mkdtemp(prefix="fxremat-ranks-")
     context = mp.start_processes(_with_stacks, args=(2, _free_port(), folder, worker, *args), nprocs=2, join=False,
                                  daemon=True, start_method="spawn")
-    deadline = time.monotonic() + TIMEOUT_S
+    # TIMEOUT_S counts from when both ranks run (each has opened its stacks file): starting a
+    # rank imports torch, which on a loaded machine took more than the hang test's 8 s.
+    started_by = time.monotonic() + STARTUP_TIMEOUT_S
+    deadline = None
     try:
-        while not context.join(timeout=5):
-            if time.monotonic() > deadline:
+        while not context.join(timeout=1):
+            now = time.monotonic()
+            if deadline is None and all(os.path.exists(os.path.join(folder, f"rank{r}.stacks")) for r in range(2)):
+                deadline = now + TIMEOUT_S
+            if deadline is None and now > started_by:
+                pytest.fail(f"{what}: the ranks did not start in {STARTUP_TIMEOUT_S} s")
+            if deadline is not None and now > deadline:
                 running = [p for p in context.processes if p.is_alive()]
                 for process in running:
                     _signal(process.pid, signal.SIGUSR1)
