@@ -14,7 +14,7 @@ from typing import Any
 
 import torch.fx as fx
 
-from . import _compat, dynamic, inspect, step
+from . import _compat, dynamic, inspect, ranks, step
 from .options import Options
 from .partition import partition
 from .candidate import log
@@ -101,9 +101,12 @@ def _compile(gm: fx.GraphModule, example_inputs, opts: Options):
     inspect.compiled()
     # A byte budget's plan depends on what the step's other graphs hold when it is made
     # (fxremat.step), a dynamic graph's adds guards (fxremat.dynamic): neither is cached.
+    # With several ranks every rank must plan every graph: planning compares the plan across
+    # ranks (fxremat.ranks), so a rank whose local cache hits while another's misses would
+    # leave that one waiting in the comparison forever.
     budget = opts.memory_budget
-    partitioner = FxrematPartitioner(opts, cacheable=budget is None or (budget.fraction is not None
-                                                                        and not symbolic_dims(example_inputs)))
+    partitioner = FxrematPartitioner(opts, cacheable=ranks.world_size() == 1 and (
+        budget is None or (budget.fraction is not None and not symbolic_dims(example_inputs))))
     if opts.compiler == "eager":
         return _eager_compile(gm, example_inputs, partitioner)
     # Inductor's wrapper keeps a dead buffer alive until a later buffer of the same size

@@ -339,3 +339,34 @@ def test_a_rank_that_hangs_fails_the_test_and_does_not_outlive_it(monkeypatch):
     with pytest.raises(pytest.fail.Exception, match=r"(?s)did not finish in 8 s.*rank 1 \(running\).*in _one_rank_hangs"):
         _spawn(_one_rank_hangs, (), "a hanging rank")
     assert not [p for p in mp.active_children() if p not in started and p.is_alive()]
+
+
+def _cache_worker(rank, world, port, folder):
+    import fxremat
+    from fxremat import ranks
+
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(folder, f"inductor{rank}")  # each rank its own cache
+
+    def step():
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model, batch = models.make_mlp(batch=8)
+        torch.compile(model, backend="fxremat", options={"memory_budget": 0.5})(*batch).backward()
+
+    if rank == 0:
+        step()  # alone, before the process group: rank 0's caches now hold the graph's plan
+    before = fxremat.inspect.plan_count()
+    with _process_group(rank, world, port):
+        step()
+    torch.save({"planned": fxremat.inspect.plan_count() - before,
+                "key": ranks.plan_key(fxremat.inspect.plans()[-1])}, os.path.join(folder, f"rank{rank}.pt"))
+
+
+def test_a_rank_with_a_warm_cache_plans_with_the_others():
+    """Rank 0 compiled the model before (its Inductor and AOTAutograd caches hold the graph),
+    rank 1 did not. Both plan the graph under the process group (planning compares plans
+    across ranks: a rank that took its plan from a cache would leave the other waiting in
+    that comparison) and reach the same plan. A fraction's plan is otherwise cached."""
+    ranks = _spawn(_cache_worker, (), "a warm and a cold cache")
+    assert [r["planned"] for r in ranks] == [1, 1]
+    assert ranks[0]["key"] == ranks[1]["key"]
