@@ -127,6 +127,16 @@ def backward_frees_incoming_gradients() -> bool:
 
 
 @functools.cache
+def inductor_keeps_half_addmm_fused() -> bool:
+    """Does Inductor keep a GPU ``addmm`` in float16/bfloat16 fused, where it splits a float32
+    one into ``mm`` and a pointwise add (``config.keep_addmm_fused_for_half_dtypes``: True on
+    2.13; a torch without the setting splits every dtype)?"""
+    from torch._inductor import config
+
+    return bool(getattr(config, "keep_addmm_fused_for_half_dtypes", False))
+
+
+@functools.cache
 def inductor_heavy_ops_on_cpu() -> frozenset[str]:
     """The ops whose use makes Inductor write a CPU value read more than once
     (``StorageBox.should_realize_on_reuse``'s ``heavy_ops``: exp and sigmoid on torch 2.11;

@@ -8,7 +8,8 @@ import torch.fx as fx
 
 from . import _compat, lite, oplib
 from .passes.memory import Timeline
-from .timeline import folded_mm, library_call, products_kept_apart
+from .timeline import folded_mm, products_kept_apart
+from .workspace import library_call
 
 
 def place_recomputations(bwd: fx.GraphModule, forward_names: set[str]) -> fx.GraphModule:

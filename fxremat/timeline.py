@@ -20,7 +20,7 @@ from . import _compat, oplib
 from .aliasing import is_alias, readers, storage_node
 from .lite import NODES
 from .passes.memory import Step, Timeline, simulate
-from .workspace import channels_last_scratch_bytes
+from .workspace import channels_last_scratch_bytes, library_call
 from .sizes import (_hint, flat_tensors, is_multi_output, incoming_gradient_held, node_bytes, node_bytes_expr, storage_of,
                     tensor_bytes, tensor_bytes_expr)
 
@@ -218,6 +218,11 @@ class Inlining:
                 return (False,) + self._info[base][1:]
         if not self._candidate(n):
             vals = flat_tensors(n.meta.get("val"))
+            bias = unfused_bias(n)
+            if bias is not None:  # the product is written; each reader loads the bias and adds it
+                _, bias_loads, bias_ops, bias_heavy, bias_big = self._get(bias)
+                return (False, frozenset([n.name]) | bias_loads, frozenset([n.name + ":bias"]) | bias_ops, bias_heavy,
+                        _big(n) | bias_big)
             return False, frozenset([n.name]) if vals else frozenset(), frozenset(), False, _big(n)
         loads: frozenset[str] = frozenset().union(*(self._info[a][1] for a in n.all_input_nodes))
         ops = frozenset([n.name]).union(*(self._info[a][2] for a in n.all_input_nodes))
@@ -274,6 +279,7 @@ def _big(node: fx.Node) -> frozenset[str]:
 
 
 _MM = torch.ops.aten.mm.default
+_ADDMM = torch.ops.aten.addmm.default
 _ADD = torch.ops.aten.add.Tensor
 _EXPAND = torch.ops.aten.expand.default
 
@@ -340,6 +346,27 @@ def folded_mm(add: fx.Node) -> fx.Node | None:
             continue  # should_prefer_unfused_addmm: kept as mm + a pointwise add on GPU
         return mm
     return None
+
+
+def unfused_bias(addmm: fx.Node) -> fx.Node | None:
+    """The bias of an ``addmm`` that Inductor runs as ``mm`` and a pointwise add fused into
+    its readers, if it does: on a GPU where every reader is pointwise (post-grad
+    ``unfuse_bias_add_to_pointwise``; half dtypes stay fused where
+    ``_compat.inductor_keeps_half_addmm_fused``). Each reader then loads the bias as well,
+    which can put its body over Inductor's read limit: measured on an H100, a GPT's residual
+    stream after a block's MLP (the stream, the fc2 product and its bias) was written where
+    the timeline had it inlined, and the next one inlined where it had it written (8 MiB,
+    5.5% of its least-memory plan's peak)."""
+    if addmm.op != "call_function" or addmm.target is not _ADDMM or not isinstance(addmm.args[0], NODES):
+        return None
+    bias = addmm.args[0]
+    val = bias.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.device.type == "cpu":
+        return None
+    if val.dtype in (torch.float16, torch.bfloat16) and _compat.inductor_keeps_half_addmm_fused():
+        return None
+    found = readers(addmm)
+    return bias if found and all(r.op == "call_function" and oplib.is_pointwise(r) for r in found) else None
 
 
 def _lazy_constant(node: fx.Node) -> bool:
@@ -727,14 +754,6 @@ def _laid_out_channels_last(node: fx.Node, prefers_channels_last: set[fx.Node], 
         found = False
     memo[node] = found
     return found
-
-
-def library_call(node: fx.Node) -> bool:
-    """Does Inductor run this op as a library call (an extern kernel: a matmul, convolution
-    or attention, one of its ATen fallbacks, a scatter-add it leaves to ATen) rather than as
-    a kernel it generates?"""
-    return (oplib.is_compute_intensive(node) or _compat.inductor_falls_back(node)
-            or _compat.inductor_scatters_in_aten(node))
 
 
 def _written_at_reader(node: fx.Node) -> fx.Node | None:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from . import memo, oplib
-from ._compat import inductor_falls_back, real_tensors
+from ._compat import inductor_falls_back, inductor_scatters_in_aten, real_tensors
 from .aliasing import is_alias
 from .lite import NODES
 from .optimer import _random_like, _spec
@@ -93,7 +93,7 @@ def _scratch_bytes(node: Any, channels_last: bool = False) -> int:
 def scratch_model(inductor: bool) -> Callable[[Any], int]:
     """The ``workspace`` the timeline counts for each node (``timeline.predict``), one rule for
     every caller. Op by op, every library call's measured scratch (``library_workspace_bytes``).
-    Through Inductor, the library calls it runs as extern kernels: on CUDA every one (cuDNN
+    Through Inductor, the library calls it runs as extern kernels (``library_call``): on CUDA every one (cuDNN
     convolutions, memory-efficient attention's backward take their workspace from the
     caching allocator, which ``max_memory_allocated`` counts: an H200 measured 2.1 MB in each
     attention backward of issue #26's decoder, unpredicted); on CPU the ops Inductor falls
@@ -112,7 +112,19 @@ def _extern_scratch(node: Any) -> int:
     return memo.per_meta("extern scratch", node, _extern_scratch_bytes)
 
 
+def library_call(node: Any) -> bool:
+    """Does Inductor run this op as a library call (an extern kernel: a matmul, convolution
+    or attention, one of its ATen fallbacks, a scatter-add it leaves to ATen) rather than as
+    a kernel it generates?"""
+    return oplib.is_compute_intensive(node) or inductor_falls_back(node) or inductor_scatters_in_aten(node)
+
+
 def _extern_scratch_bytes(node: Any) -> int:
+    # Only an extern kernel takes scratch of its own: an op Inductor generates code for
+    # (``prims.fma``, an ``index_put``) is fused, though op by op it allocates (GPT on an
+    # H100: 33.5 MB predicted for a ``prims.fma`` fused into a softmax backward).
+    if not library_call(node):
+        return 0
     val = node.meta.get("val")
     vals = val if isinstance(val, (list, tuple)) else [val]
     on_cuda = any(isinstance(v, torch.Tensor) and v.device.type == "cuda" for v in vals)
@@ -184,4 +196,5 @@ def _measure(node: Any, channels_last: bool = False) -> int:
     return max(measured["peak_bytes"] - measured["end_bytes"], 0)
 
 
-__all__ = ["adopt", "channels_last_scratch_bytes", "is_library_call", "library_workspace_bytes", "measured", "scratch_model"]
+__all__ = ["adopt", "channels_last_scratch_bytes", "is_library_call", "library_call", "library_workspace_bytes", "measured",
+           "scratch_model"]

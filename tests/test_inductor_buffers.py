@@ -328,3 +328,56 @@ def test_a_max_pools_offsets_and_indices_are_made_where_inductor_makes_them(monk
     (plan,) = fxremat.inspect.plans()
     assert 0.99 * plan.predicted_peak_bytes <= measured <= plan.predicted_peak_bytes, (
         measured, plan.predicted_peak_bytes)
+
+
+def test_through_inductor_on_cuda_only_extern_kernels_take_scratch(monkeypatch):
+    """On CUDA every op Inductor runs as an extern kernel has its scratch measured; an op it
+    generates code for has none, though op by op it allocates one (``prims.fma``, from the
+    softmax backward's decomposition: an H100 run predicted a 33.5 MB temporary for one that
+    Inductor fused into its kernel). Fake CUDA tensors: no GPU needed to plan."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from fxremat import workspace
+
+    monkeypatch.setattr(workspace, "_measure", lambda node, channels_last=False: 12345)
+    monkeypatch.setattr(workspace, "_MEASURED", {})
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        a, b = torch.empty(64, 64, device="cuda"), torch.empty(64, 64, device="cuda")
+        graph = torch.fx.Graph()
+        x, y = graph.placeholder("x"), graph.placeholder("y")
+        x.meta["val"], y.meta["val"] = a, b
+        fma = graph.call_function(torch.ops.prims.fma.default, (x, y, x))
+        fma.meta["val"] = torch.ops.prims.fma.default(a, b, a)
+        mm = graph.call_function(torch.ops.aten.mm.default, (fma, y))
+        mm.meta["val"] = torch.ops.aten.mm.default(a, b)
+    scratch = workspace.scratch_model(inductor=True)
+    assert workspace.library_workspace_bytes(fma) == 12345  # op by op, its Python reference allocates
+    assert scratch(fma) == 0
+    assert scratch(mm) == 12345
+
+
+def test_on_a_gpu_an_addmms_readers_load_its_bias():
+    """On a GPU Inductor runs an ``addmm`` whose readers are all pointwise as ``mm`` plus a
+    bias add fused into each reader, so a reader loads the product and the bias. A residual
+    stream ``x2 = x1 + fc(h)`` after ``x1 = e + fc(g)``, read three times: inlined on a CPU
+    (it loads ``e`` and the two products), written on a GPU (and the two biases: five loads,
+    over Inductor's four for a value read more than once). Measured on an H100: a GPT's
+    least-memory plan 5.5% over its prediction before (fake tensors here: no GPU needed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def residual(e, g, w1, b1, h, w2, b2):
+        x1 = e + torch.addmm(b1, g, w1)
+        x2 = x1 + torch.addmm(b2, h, w2)
+        return x2.sin() * 2, x2.cos() + 1, x2.exp()
+
+    written = {}
+    for device in ("cpu", "cuda"):
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            shapes = [(256, 64), (256, 64), (64, 64), (64,), (256, 64), (64, 64), (64,)]
+            gm = make_fx(residual)(*[torch.empty(s, device=device) for s in shapes])
+        inlining = timeline.Inlining()
+        nodes = {n.name: n for n in gm.graph.nodes}
+        assert [timeline.unfused_bias(nodes[a]) is not None for a in ("addmm", "addmm_1")] == [device == "cuda"] * 2
+        written[device] = [name for name in ("add", "add_1") if not inlining.fused_away(nodes[name])]
+    assert written == {"cpu": [], "cuda": ["add_1"]}
