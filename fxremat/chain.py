@@ -318,6 +318,7 @@ def _stages(order, cuts, last_fwd_use, backward, saved, free, forward, pinned) -
     # multi-output op's items, never its tuple (torch's extractor would make a tuple a
     # forward output, which Inductor's GraphLowering.output rejects).
     cuts = _past_items(order, cuts)
+    pinned_ops = set(pinned)  # a multi-output op's items are pinned in its place
     pinned = _items(pinned)
     kept = set(pinned)
     bounds = [-1] + cuts + [len(order) - 1]
@@ -331,7 +332,12 @@ def _stages(order, cuts, last_fwd_use, backward, saved, free, forward, pinned) -
     # Backward ops: the stage of the latest forward value they read, but never later
     # than the ops producing their inputs (gradients flow from stage L down to 1).
     bwd_stage: dict[fx.Node, int] = {}
-    recomputed = [b for b in backward if b in forward and b in stage_of]
+    # A pinned value is in memory from the forward to the step's end: a B^s reads it, never
+    # makes it again. Recomputed there (the min-cut backward makes a Hugging Face model's
+    # attention mask again from its position indices, and under CUDA's efficient attention
+    # the expanded view of it that the attention reads), it would read its stage-1 inputs
+    # from the last stage's B and merge the whole chain into one stage (GPT-2: 5 stages).
+    recomputed = [b for b in backward if b in forward and b in stage_of and b not in kept and b not in pinned_ops]
     for b in backward:
         if b in forward and b in stage_of:
             continue

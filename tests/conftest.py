@@ -80,9 +80,10 @@ def aten_graph(fn, *example):
     return gm
 
 
-def linearization_of(model, *batch):
-    """The chain Rotor plans on for ``model`` (around its traffic-optimal saved set, stages
-    merged by time and memory, at most 64): planning stops there, at the first graph."""
+def linearization_of(model, *batch, saved_set: str = "traffic"):
+    """The chain Rotor plans on for ``model`` (around its traffic-optimal saved set, or the
+    other saved sets Rotor plans around: ``staged.saved_sets``'s labels; stages merged by time
+    and memory, at most 64): planning stops there, at the first graph."""
     import warnings
 
     from torch._dynamo.backends.common import aot_autograd
@@ -99,7 +100,9 @@ def linearization_of(model, *batch):
     def grab(joint, joint_inputs, *, num_fwd_outputs, **_):
         ctx = partition.context(joint, num_fwd_outputs, Options.from_user({"compiler": "eager"}))
         traffic = staged.traffic(ctx, mincut.traffic_optimal(ctx))
-        found["lin"], _ = staged.linearize(ctx, traffic.backward, traffic.saved, 64, weigh_memory=True)
+        chosen = traffic if saved_set == "traffic" else next(
+            s for s in staged.saved_sets(ctx, traffic) if s.label == saved_set)
+        found["lin"], _ = staged.linearize(chosen.ctx, chosen.backward, chosen.saved, 64, weigh_memory=True)
         raise Done
 
     backend = aot_autograd(fw_compiler=lambda g, _: g, partition_fn=grab,
