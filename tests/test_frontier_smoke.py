@@ -218,3 +218,20 @@ def test_first_call_bench_times_every_mode(tmp_path):
     failed = results_io.run_child(os.path.join(ROOT, "bench", "first_call.py"),
                                   {"layers": 1, "mode": "fxremat", "budget": 1, "run": 0})  # 1 byte
     assert failed["error"].startswith("BudgetError"), failed
+
+
+def test_plan_as_cuda_plans_the_cuda_graph_on_the_cpu(tmp_path):
+    """``bench/plan_as_cuda.py`` (in its own process: it reroutes the attention op) on a tiny
+    Hugging Face GPT-2: the graph has CUDA's memory-efficient attention, its values are on a
+    fake CUDA device, and Rotor's chain keeps a stage per block and more around both saved
+    sets (before the pinned-mask rule of ``chain._stages`` it had 12 and 11 stages here, where
+    it now has 21: the recomputed mask merged them)."""
+    out = tmp_path / "plan.json"
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "plan_as_cuda.py"), "--model", "gpt2",
+                          "--scale", "tiny", "--sizes", '{"layers": 2, "seq": 128, "batch": 2}', "--budget", "0.0",
+                          "--solver", "rotor", "--stages", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["joint_nodes"] > 0 and result["solver_used"] == "rotor"
+    assert min(result["stages"].values()) == max(result["stages"].values()) > 12, result["stages"]
+    assert result["plan_stages"] == result["stages"]["traffic"]
