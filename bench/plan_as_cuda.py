@@ -68,7 +68,8 @@ def efficient_attention() -> None:
 
 def capture(model, batch):
     """The first graph's joint graph, its inputs and the partitioner's keyword arguments, as
-    Inductor hands them to a custom partitioner."""
+    Inductor hands them to a custom partitioner, and the bytes of its outputs' gradients that
+    the step hands back before its backward (``fxremat.step``'s rule, on Dynamo's graph)."""
     import torch
     from torch._functorch import config as functorch_config
     from torch._inductor import config as inductor_config
@@ -86,6 +87,7 @@ def capture(model, batch):
             return None
 
     def backend(gm, example_inputs):
+        found["dynamo_graph"] = gm  # what fxremat.step reads the handed-back gradients from
         with inductor_config.patch({"custom_partitioner_fn": Grab(), "fx_graph_cache": False}):
             return compile_fx(gm, example_inputs)
 
@@ -96,7 +98,9 @@ def capture(model, batch):
         except Exception as error:  # noqa: BLE001 - _Captured, wrapped by Dynamo
             if "joint" not in found:
                 raise error
-    return found["joint"], found["inputs"], found["kwargs"]
+    from fxremat.step import _handed_back_bytes
+
+    return found["joint"], found["inputs"], found["kwargs"], _handed_back_bytes(found["dynamo_graph"])
 
 
 def to_fake_cuda(joint, inputs) -> list:
@@ -144,24 +148,20 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     built = frontier_models.build(args.model, args.scale, json.loads(args.sizes))
     started = time.perf_counter()
-    joint, inputs, kwargs = capture(built.model.train(), built.batch)
+    joint, inputs, kwargs, handed_back = capture(built.model.train(), built.batch)
     print(f"captured the joint graph ({len(joint.graph.nodes)} nodes) in {time.perf_counter() - started:.1f} s",
           flush=True)
     inputs = to_fake_cuda(joint, inputs)
     torch.cuda.get_device_name = lambda *a, **k: args.gpu
 
     import fxremat  # noqa: F401 (after the patches above)
-    from fxremat import _compat, memo, partition, sizes
+    from fxremat import _compat, memo, partition
     from fxremat.options import Budget, Options
     from fxremat.plans import BudgetError
     from frontier_strategies import FX_OPTIONS_DEFAULT
 
     if args.held_incoming:
         _compat.backward_frees_incoming_gradients = lambda: False
-    outputs = [n for n in joint.graph.nodes if n.op == "output"][0].args[0][:kwargs["num_fwd_outputs"]]
-    handed_back = sum(sizes.tensor_bytes(o.meta["val"]) for o in outputs
-                      if isinstance(o, torch.fx.Node) and o.meta["val"].dtype.is_floating_point
-                      and o.meta["val"].numel() > 1)
     options = Options.from_user({**FX_OPTIONS_DEFAULT, "solver": args.solver})
     budget = (Budget(fraction=float(args.budget)) if "." in args.budget
               else Budget(bytes=int(args.budget), later_graphs=handed_back))

@@ -1,5 +1,7 @@
 import copy
+import importlib
 import os
+import sys
 import tempfile
 
 # A fresh Inductor/AOTAutograd cache per test session: a cache hit skips partitioning,
@@ -78,6 +80,17 @@ def aten_graph(fn, *example):
 
     Record(gm).run(*example)
     return gm
+
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+
+
+def bench_module(name: str):
+    """A module of ``bench/`` (``frontier_models``, ``explain_reports``), imported as the bench
+    scripts import one another: from that folder on the path."""
+    if BENCH not in sys.path:
+        sys.path.insert(0, BENCH)
+    return importlib.import_module(name)
 
 
 def linearization_of(model, *batch, saved_set: str = "traffic"):

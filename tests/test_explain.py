@@ -6,7 +6,6 @@ import json
 import os
 import pickle
 import shutil
-import sys
 
 import pytest
 import torch
@@ -14,6 +13,8 @@ import torch
 import fxremat
 from fxremat import cli, measure, models, report
 from fxremat.timeline import KINDS, live_by_kind
+
+from conftest import bench_module
 
 
 def _debug_dir(tmp_path, make, budget, measured=True, **options):
@@ -174,8 +175,8 @@ def test_the_report_renders_in_a_headless_browser(gpt_half, tmp_path):
     debug_dir, _, _ = gpt_half
     report.write_reports(debug_dir)
     [folder] = report.plan_folders(debug_dir)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-    from explain_reports import render, rendered
+    explain_reports = bench_module("explain_reports")
+    render, rendered = explain_reports.render, explain_reports.rendered
 
     page = os.path.join(folder, "report.html")
     shot, console = render(page, str(tmp_path / "report.png"))

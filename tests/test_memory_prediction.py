@@ -10,7 +10,7 @@ import torch
 
 from fxremat.harness import measure_step
 from fxremat.timeline import predict
-from conftest import aten_graph
+from conftest import aten_graph, bench_module
 
 aten = torch.ops.aten
 
@@ -220,12 +220,7 @@ def test_a_recomputed_concatenation_read_by_convolutions_is_counted_as_inductor_
 def _issue27_model(name):
     """Issue #27's ViT and U-Net, smaller (``bench/frontier_models.py``; the issue's sizes are
     measured by ``bench/prediction_check.py``, bench/results/cpu/solvers_issue27_20261127.md)."""
-    import os
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-    import frontier_models
-
+    frontier_models = bench_module("frontier_models")
     if name == "vit":
         return frontier_models.build("vit", "tiny", {"layers": 2, "batch": 4})
     return frontier_models.build("unet", "tiny", {"channels": [3, 8, 16, 32], "image": 32, "norm": False})

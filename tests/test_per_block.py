@@ -13,7 +13,7 @@ from fxremat.floor import graph_floor
 from fxremat.measure import measure_peak_bytes
 from fxremat.sizes import node_bytes
 
-from conftest import linearization_of, train_step_matches_eager
+from conftest import bench_module, linearization_of, train_step_matches_eager
 
 DECODER = dict(batch=2, seq=64, layers=4, dim=32, heads=2)
 
@@ -194,14 +194,8 @@ def test_no_stage_is_made_of_views_alone():
 
 
 def _hf_gpt2(layers=3, seq=64):
-    import os
-    import sys
-
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-    import frontier_models
-
     torch.manual_seed(0)
-    built = frontier_models.build("gpt2", "tiny", {"layers": layers, "seq": seq})
+    built = bench_module("frontier_models").build("gpt2", "tiny", {"layers": layers, "seq": seq})
     return built.model.double().train(), built.batch
 
 
@@ -212,7 +206,7 @@ def test_a_pinned_attention_mask_is_read_not_remade_in_a_stages_backward():
     read the first stage's values there and merged the whole chain into one stage (8 stages
     for 3 blocks where the traffic-optimal set has 28; on CUDA, where the efficient attention
     reads an expanded view of the mask, both sets: GPT-2 small's model graph had 5 stages, and
-    Rotor's least plan 4.59 GiB where per-block checkpointing measures 3.46 GB). A ``B^s``
+    Rotor's least plan 4.59 GiB where per-block checkpointing measures 3.62 GB). A ``B^s``
     reads a pinned value instead. Rotor's least plan gives the gradients of the plan without a
     budget, bit for bit in float64 (against eager both differ by ~1e-8: Hugging Face's loss
     casts the logits to float32, and the decomposed loss rounds apart from eager's:
