@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch.fx as fx
 
 from . import _compat, lite
-from .fx_passes import keep_products_apart, place_recomputations
+from .fx_passes import keep_products_apart, place_recomputations, return_inputs_as_given
 from .joint import NodeClasses, graph_device, recomputed_entry
 from .options import Options
 from .passes import mincut
@@ -215,6 +215,10 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
     if ctx.options.compiler == "inductor":
         keep_products_apart(fwd)
         keep_products_apart(bwd)
+        if ctx.options.memory_budget is not None and not foreign:
+            # Under a budget the forward hands on the inputs its convolutions read as they
+            # are, not Inductor's channels-last copies (a copy a convolution, while it runs).
+            return_inputs_as_given(fwd)
     bwd_inputs = {n.name for n in bwd.graph.find_nodes(op="placeholder")}
     saved_final = [n for n in saved if n.name in bwd_inputs and not _compat.is_sym_node(n)]  # torch drops unused
     saved_sym = [n for n in saved if n.name in bwd_inputs and _compat.is_sym_node(n)]

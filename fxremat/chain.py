@@ -122,8 +122,19 @@ def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Nod
     # A saved value only the backward reads (the 1/D a layer norm's backward uses) sits
     # late in the joint graph; run it right after its inputs, so it does not keep an
     # early value alive across every later cut.
+    # What such a value is computed from that the forward does not otherwise compute comes
+    # with it (a square's backward saves 2 * x**1: both are placed, or the backward reads a
+    # value no stage makes).
+    extra = {n for n in nodes if n in saved and n in forward and n not in required and n not in free
+             and n not in pinned}
+    stack = list(extra)
+    while stack:
+        for a in stack.pop().all_input_nodes:
+            if a in forward and a not in required and a not in free and a not in pinned and a not in extra:
+                extra.add(a)
+                stack.append(a)
     for n in nodes:
-        if n in saved and n in forward and n not in required and n not in free and n not in pinned:
+        if n in extra:
             at = max((i for i, m in enumerate(order) if m in n.all_input_nodes), default=-1)
             while at + 1 < len(order) and order[at + 1] not in required:
                 at += 1  # after the saved values already placed there: graph order among them

@@ -169,6 +169,26 @@ class Graph:
     def output(self, result: Any) -> Node:
         return self._add("output", "output", "output", (result,), {}, {}, None)
 
+    def call_before_output(self, target: Any, args: tuple, meta: dict) -> Node:
+        """A new ``call_function`` node of ``target`` just before the output node (which
+        it does not change): ``torch.fx.Graph.call_function`` under ``inserting_before``."""
+        output = self.nodes.pop()
+        assert output.op == "output", "fxremat bug: a light graph ends with its output"
+        node = self._add(getattr(target, "__name__", "call").split(".")[0], "call_function", target, args, {}, meta, None)
+        self.nodes.append(output)
+        return node
+
+    def set_output(self, result: Any) -> None:
+        """Replace what the output node returns (its readers' links follow)."""
+        output = self.nodes[-1]
+        for a in output.all_input_nodes:
+            a.users.pop(output, None)
+        found: dict[Node, None] = {}
+        _collect(result, found)
+        output.args, output.all_input_nodes = (result,), list(found)
+        for a in output.all_input_nodes:
+            a.users[output] = None
+
     def find_nodes(self, *, op: str, target: Any = None) -> list[Node]:
         return [n for n in self.nodes if n.op == op and (target is None or n.target is target)]
 

@@ -387,8 +387,8 @@ _CAT = torch.ops.aten.cat.default
 def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid: set[str] = frozenset(),
                  fusion: bool = False, channels_last: bool = False,
                  workspace: Callable[[fx.Node], int] | None = None, symbolic: bool = False,
-                 channels_last_inputs: set[str] = frozenset(), prefers_channels_last: set[fx.Node] | None = None
-                 ) -> tuple[list[Step], dict[str, str | None]]:
+                 channels_last_inputs: set[str] = frozenset(), prefers_channels_last: set[fx.Node] | None = None,
+                 conv_copied: set[str] = frozenset()) -> tuple[list[Step], dict[str, str | None]]:
     """Steps of one graph, and the storage of each node by name; ``rename`` maps a
     placeholder to the storage it arrives in. Inputs in ``relaid`` are copied to a new
     layout before their first use (Inductor's channels-last convolutions): the copy
@@ -400,7 +400,8 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     for the peak at every size (``peak_expressions``); a workspace stays its traced size.
     ``channels_last_inputs``: the inputs that arrive laid out channels-last (a backward's saved
     activations that Inductor's layout optimization laid out so in the forward).
-    ``prefers_channels_last``: ``_compat.inductor_prefers_channels_last(gm)`` if the caller has it."""
+    ``prefers_channels_last``: ``_compat.inductor_prefers_channels_last(gm)`` if the caller has it.
+    ``conv_copied``: inputs each convolution reading them copies for itself (``conv_copied_inputs``)."""
     node_bytes, tensor_bytes = (node_bytes_expr, tensor_bytes_expr) if symbolic else (_node_bytes, _tensor_bytes)
     storage: dict[fx.Node, str | None] = {}
     needs: dict[fx.Node, frozenset[str]] = {}  # storages that reading the node's value touches
@@ -532,6 +533,12 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             for a in pending_copies:
                 allocates[storage[a]] = node_bytes(a)
             pending_copies = []
+        if conv_copied and node.target in _CONVOLUTIONS:
+            # Written channels-last by the kernel before the convolution, for it alone
+            # (``conv_copied_inputs``): a ViT's image and patch weight, once per recomputation.
+            for a in _conv_activations_and_weight(node):
+                if a.op == "placeholder" and a.name in conv_copied:
+                    allocates[f"{phase}:{node.name}:{a.name}:channels_last"] = node_bytes(a)
         weight = node.args[2 if node.target is _CONV_BACKWARD else 1] if node.target in _CONVOLUTIONS else None
         if channels_last and isinstance(weight, NODES) and _device_type(weight) == "cpu":
             # The library (oneDNN on CPU) copies the weight to its own blocked layout, and the
@@ -842,8 +849,10 @@ def _channels_last_ordered(val) -> bool:
     return all(a <= b for a, b in zip(strides, strides[1:]))
 
 
-def relaid_inputs(fwd: fx.GraphModule) -> set[str]:
-    """Forward inputs Inductor copies to channels-last for its convolutions, if it will.
+def inputs_relaid_if_returned(fwd: fx.GraphModule) -> set[str]:
+    """Forward inputs that a convolution reads and that Inductor would lay out channels-last
+    where they are defined if the forward returned them (``relaid_inputs``), given the
+    layout optimization it chooses for the graph.
 
     An input whose strides already are in channels-last order once its dimensions of size 1
     are ignored is only reinterpreted, not copied: a 1x1 convolution's weight (O, I, 1, 1)
@@ -854,6 +863,63 @@ def relaid_inputs(fwd: fx.GraphModule) -> set[str]:
         return set()
     return {a.name for c in convs for a in c.args[:2] if isinstance(a, NODES) and a.op == "placeholder"
             and not _channels_last_ordered(a.meta.get("val"))}
+
+
+def relaid_inputs(fwd: fx.GraphModule) -> set[str]:
+    """Forward inputs Inductor copies to channels-last for its convolutions where they are
+    defined: those of ``inputs_relaid_if_returned`` that the forward returns as they are. The
+    copy is what it returns, so a saved one is held until the backward's last use
+    (``GraphLowering.run_node`` gives a returned value the strides of its layout
+    optimization); every other convolution input is copied by the convolution that reads it
+    (``conv_copied_inputs``)."""
+    maybe = inputs_relaid_if_returned(fwd)
+    if not maybe:
+        return set()
+    returned = next(iter(fwd.graph.find_nodes(op="output"))).args[0]
+    return {a.name for a in returned if isinstance(a, NODES) and a.name in maybe}
+
+
+def conv_copied_inputs(gm: fx.GraphModule, arrive_channels_last: set[str] = frozenset()) -> set[str]:
+    """Inputs of a graph that its convolutions copy channels-last for themselves, each while
+    it runs: those neither in channels-last order nor laid out so where the graph starts
+    (``relaid_inputs``, or a backward's saved activations Inductor laid out so in the
+    forward), read by a convolution in a graph whose layout optimization is on
+    (``kernel/conv.py``'s ``require_channels_last``), or as the input of a convolution
+    backward whose weight arrives channels-last (Inductor asks the input for the stride
+    order of the weight's gradient). The forward hands its inputs on as given where it
+    returns them through views (``fx_passes.return_inputs_as_given``), so the backward's
+    recomputed convolutions and its convolution backwards copy them again."""
+    convs = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in _CONVOLUTIONS]
+    if not convs:
+        return set()
+    relayouts = _compat.inductor_relayouts_convolutions(gm)
+    laid_out = relaid_inputs(gm) | set(arrive_channels_last)
+
+    def copied(a: fx.Node) -> bool:
+        return (a.op == "placeholder" and a.name not in laid_out
+                and not _channels_last_ordered(a.meta.get("val")))
+
+    found = set()
+    for c in convs:
+        weight = c.args[2] if c.target is _CONV_BACKWARD else c.args[1]
+        if relayouts:
+            found |= {a.name for a in _conv_activations_and_weight(c) if copied(a)}
+        elif (c.target is _CONV_BACKWARD and isinstance(weight, NODES) and weight.name in laid_out
+              and c.args[1] in _conv_activations_and_weight(c) and copied(c.args[1])):
+            found.add(c.args[1].name)
+    return found
+
+
+def _conv_activations_and_weight(conv: fx.Node) -> list[fx.Node]:
+    """What a convolution (or its backward) needs laid out channels-last: its input and
+    weight (the backward: its input when it computes the weight's gradient, its weight when
+    it computes the input's)."""
+    if conv.target is _CONV_BACKWARD:
+        mask = conv.args[-1] if isinstance(conv.args[-1], (list, tuple)) else (True, True, True)
+        args = ([conv.args[2]] if mask[0] else []) + ([conv.args[1]] if len(mask) > 1 and mask[1] else [])
+    else:
+        args = list(conv.args[:2])
+    return [a for a in args if isinstance(a, NODES)]
 
 
 def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
@@ -877,7 +943,8 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
                                      and _compat.inductor_relayouts_convolutions(fwd))
     fwd_prefers = _compat.inductor_prefers_channels_last(fwd) if fusion and channels_last else set()
     fwd_steps, fwd_storage = _graph_steps(fwd, "forward", {}, relaid, fusion, channels_last=channels_last,
-                                          workspace=workspace, symbolic=symbolic, prefers_channels_last=fwd_prefers)
+                                          workspace=workspace, symbolic=symbolic, prefers_channels_last=fwd_prefers,
+                                          conv_copied=conv_copied_inputs(fwd) if fusion else set())
     # The backward's saved inputs arrive in the storages the forward returned them in.
     fwd_out_args = list(next(iter(fwd.graph.find_nodes(op="output"))).args[0])
     rename = {}
@@ -886,11 +953,14 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
             rename[node.name] = fwd_storage[node.name]
         elif node.name.startswith("tangents"):
             rename[node.name] = f"backward:{node.name}"
-    # Saved activations Inductor laid out channels-last in the forward arrive so in the backward.
-    arrive_channels_last = {n.name for n in fwd_prefers}
+    # Saved activations Inductor laid out channels-last in the forward arrive so in the backward;
+    # the inputs a convolution reads arrive so only where the forward returned their copies.
+    as_given = inputs_relaid_if_returned(fwd) - set(relaid) if fusion and channels_last else set()
+    arrive_channels_last = {n.name for n in fwd_prefers if n.name not in as_given}
     bwd_steps, bwd_storage = _graph_steps(bwd, "backward", rename, fusion=fusion, channels_last=channels_last,
                                           workspace=workspace, symbolic=symbolic,
-                                          channels_last_inputs=arrive_channels_last)
+                                          channels_last_inputs=arrive_channels_last,
+                                          conv_copied=conv_copied_inputs(bwd, arrive_channels_last) if fusion else set())
     bwd_outputs = {bwd_storage[n.name] for n in _output_nodes(bwd) if bwd_storage.get(n.name)}
     user_outputs = {
         s for a in fwd_out_args[:num_user_outputs] if isinstance(a, NODES)

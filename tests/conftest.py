@@ -5,8 +5,12 @@ import sys
 import tempfile
 
 # A fresh Inductor/AOTAutograd cache per test session: a cache hit skips partitioning,
-# and tests that inspect plans must see the partitioner run.
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="fxremat-test-cache-"))
+# and tests that inspect plans must see the partitioner run. Under pytest-xdist, one per
+# worker: the workers inherit the controller's environment, and one worker's entries would
+# be another's hits.
+if os.environ.get("PYTEST_XDIST_WORKER") or "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(
+        prefix=f"fxremat-test-cache-{os.environ.get('PYTEST_XDIST_WORKER', '')}")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -93,10 +97,11 @@ def bench_module(name: str):
     return importlib.import_module(name)
 
 
-def linearization_of(model, *batch, saved_set: str = "traffic"):
+def linearization_of(model, *batch, saved_set: str = "traffic", compiler: str = "eager"):
     """The chain Rotor plans on for ``model`` (around its traffic-optimal saved set, or the
     other saved sets Rotor plans around: ``staged.saved_sets``'s labels; stages merged by time
-    and memory, at most 64): planning stops there, at the first graph."""
+    and memory, at most 64), planning for ``compiler``: planning stops there, at the first
+    graph, before any code is generated."""
     import warnings
 
     from torch._dynamo.backends.common import aot_autograd
@@ -111,7 +116,7 @@ def linearization_of(model, *batch, saved_set: str = "traffic"):
         pass
 
     def grab(joint, joint_inputs, *, num_fwd_outputs, **_):
-        ctx = partition.context(joint, num_fwd_outputs, Options.from_user({"compiler": "eager"}))
+        ctx = partition.context(joint, num_fwd_outputs, Options.from_user({"compiler": compiler}))
         traffic = staged.traffic(ctx, mincut.traffic_optimal(ctx))
         chosen = traffic if saved_set == "traffic" else next(
             s for s in staged.saved_sets(ctx, traffic) if s.label == saved_set)
