@@ -112,13 +112,14 @@ def keep_products_apart(gm: fx.GraphModule) -> fx.GraphModule:
 
 
 def return_inputs_as_given(fwd: fx.GraphModule) -> fx.GraphModule:
-    """Each forward input that Inductor would copy channels-last for a convolution and that
-    the forward returns (saved for the backward), returned through two identity permutes.
+    """Each forward input that a convolution reads as its input (not as its weight:
+    ``_activation_only``), that Inductor would copy channels-last, and that the forward returns
+    (saved for the backward), returned through two identity permutes.
 
     Inductor's layout optimization lays out an input it returns channels-last where the input
     is defined, and returns that copy: the copy is held from the forward to the end of the
-    step (a ViT's image and patch weight, 0.49 MB of its 7.9 MB least-memory plan; every 3x3
-    weight of a CNN). Returned through a view of a view, the input is handed on as it is
+    step (a ViT's image, 0.39 MB of its 7.9 MB least-memory plan). Returned through a view of
+    a view, the input is handed on as it is
     (``GraphLowering.find_nodes_prefer_channels_last`` marks a convolution input's readers,
     not theirs, and stops at the last convolution; one view is marked, and ``aten.alias`` is
     removed as a no-op): each convolution then copies it for itself while it runs, the

@@ -535,7 +535,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             pending_copies = []
         if conv_copied and node.target in _CONVOLUTIONS:
             # Written channels-last by the kernel before the convolution, for it alone
-            # (``conv_copied_inputs``): a ViT's image and patch weight, once per recomputation.
+            # (``conv_copied_inputs``): a ViT's image, once per recomputation of its patches.
             for a in _conv_activations_and_weight(node):
                 if a.op == "placeholder" and a.name in conv_copied:
                     allocates[f"{phase}:{node.name}:{a.name}:channels_last"] = node_bytes(a)
