@@ -82,6 +82,33 @@ def inductor_prefers_channels_last(gm: fx.GraphModule) -> set[fx.Node]:
     return set(find(types.SimpleNamespace(module=gm)))
 
 
+@functools.lru_cache(maxsize=None)
+def inductor_hands_on_a_view_of_a_view() -> bool:
+    """Does Inductor's layout optimization leave a view of a view of a convolution's input out
+    of its channels-last set (``find_nodes_prefer_channels_last`` marks the input's readers,
+    not theirs, and stops at the last convolution), so that a forward returning an input through
+    two views after its last convolution hands it on as given (``fx_passes.return_inputs_as_given``)?
+    Checked on a small graph; where the rule differs or the method is missing, inputs are
+    returned as Inductor lays them out, and the timeline counts its copies."""
+    from torch._inductor.graph import GraphLowering
+
+    if getattr(GraphLowering, "find_nodes_prefer_channels_last", None) is None:
+        return False
+    graph = fx.Graph()
+    x, w = graph.placeholder("x"), graph.placeholder("w")
+    x.meta["val"], w.meta["val"] = torch.empty(2, 3, 8, 8, device="meta"), torch.empty(4, 3, 3, 3, device="meta")
+    conv = graph.call_function(torch.ops.aten.convolution.default,
+                               (x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1))
+    first = graph.call_function(torch.ops.aten.permute.default, (x, [0, 1, 2, 3]))
+    second = graph.call_function(torch.ops.aten.permute.default, (first, [0, 1, 2, 3]))
+    graph.output((conv, second))
+    try:
+        prefer = inductor_prefers_channels_last(fx.GraphModule(torch.nn.Module(), graph))
+    except Exception:  # a rule that reads what this small graph lacks: do not rely on it
+        return False
+    return x in prefer and second not in prefer
+
+
 def inductor_realize_thresholds(device_type: str) -> dict[str, int]:
     """Inductor's store-or-inline limits for a pointwise value (``GraphLowering.run_node``,
     ``StorageBox.should_realize_on_reuse``/``has_exceeded_max_reads``): a value read by

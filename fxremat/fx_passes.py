@@ -124,6 +124,8 @@ def return_inputs_as_given(fwd: fx.GraphModule) -> fx.GraphModule:
     not theirs, and stops at the last convolution; one view is marked, and ``aten.alias`` is
     removed as a no-op): each convolution then copies it for itself while it runs, the
     backward's too (``timeline``). In place, on torch.fx and light graphs alike."""
+    if not _compat.inductor_hands_on_a_view_of_a_view():
+        return fwd
     graph = fwd.graph
     output = next(iter(graph.find_nodes(op="output")))
     returned = list(output.args[0])

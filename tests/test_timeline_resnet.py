@@ -104,6 +104,7 @@ def test_an_input_returned_through_views_is_handed_on_as_given():
     assert handed.args[0].args[0].name == "x"
     assert handed not in _compat.inductor_prefers_channels_last(fwd)  # Inductor's own rule
     assert relaid_inputs(fwd) == {"w3"} and conv_copied_inputs(fwd) == {"x"}
+    assert _compat.inductor_hands_on_a_view_of_a_view()  # the rule the pass relies on, on this torch
     after = predict(fwd, bwd, 1, relaid_inputs(fwd), fusion=True)
     conv = _step(after, "convolution_default", "forward")
     assert conv.allocates["forward:convolution_default:x:channels_last"] == ACT  # freed when it returns
@@ -112,6 +113,16 @@ def test_an_input_returned_through_views_is_handed_on_as_given():
     back = after.steps.index(_step(after, "convolution_backward_default", "backward"))
     back_before = before.steps.index(_step(before, "convolution_backward_default", "backward"))
     assert before.live_bytes[back_before] - after.live_bytes[back] == ACT
+
+
+def test_where_inductor_marks_a_view_of_a_view_inputs_are_returned_as_before(monkeypatch):
+    """On a torch whose channels-last rule would mark the second view too, the forward keeps
+    returning the input itself (and the timeline its copy): no unpredicted copy."""
+    monkeypatch.setattr(_compat, "inductor_hands_on_a_view_of_a_view", lambda: False)
+    fwd, _ = _graphs()
+    code = fwd.code
+    return_inputs_as_given(fwd)
+    assert fwd.code == code and relaid_inputs(fwd) == {"x", "w3"}
 
 
 def test_convolution_temporaries_are_weight_sized_plus_the_measured_scratchpad():
