@@ -112,14 +112,14 @@ def keep_products_apart(gm: fx.GraphModule) -> fx.GraphModule:
 
 
 def return_inputs_as_given(fwd: fx.GraphModule) -> fx.GraphModule:
-    """Each forward input that a convolution reads as its input (not as its weight:
-    ``_activation_only``), that Inductor would copy channels-last, and that the forward returns
-    (saved for the backward), returned through two identity permutes.
+    """Each forward input that a convolution reads, that Inductor would copy channels-last,
+    and that the forward returns (saved for the backward), returned through two identity
+    permutes; a weight only where its convolutions read graph inputs (``_handed_on``).
 
     Inductor's layout optimization lays out an input it returns channels-last where the input
     is defined, and returns that copy: the copy is held from the forward to the end of the
-    step (a ViT's image, 0.39 MB of its 7.9 MB least-memory plan). Returned through a view of
-    a view, the input is handed on as it is
+    step (a ViT's image, 0.39 MB of its 7.9 MB least-memory plan, and its patch weight, 0.1 MB).
+    Returned through a view of a view, the input is handed on as it is
     (``GraphLowering.find_nodes_prefer_channels_last`` marks a convolution input's readers,
     not theirs, and stops at the last convolution; one view is marked, and ``aten.alias`` is
     removed as a no-op): each convolution then copies it for itself while it runs, the
@@ -130,13 +130,12 @@ def return_inputs_as_given(fwd: fx.GraphModule) -> fx.GraphModule:
     output = next(iter(graph.find_nodes(op="output")))
     returned = list(output.args[0])
     relaid = inputs_relaid_if_returned(fwd)
-    if not any(isinstance(a, lite.NODES) and a.name in relaid and _activation_only(a) for a in returned):
+    handed_on = [i for i, a in enumerate(returned) if isinstance(a, lite.NODES) and a.name in relaid and _handed_on(a)]
+    if not handed_on:
         return fwd
     light = isinstance(graph, lite.Graph)
-    for i, a in enumerate(returned):
-        if not (isinstance(a, lite.NODES) and a.name in relaid and _activation_only(a)):
-            continue
-        view = a
+    for i in handed_on:
+        view = a = returned[i]
         for _ in range(2):
             args = (view, list(range(a.meta["val"].dim())))
             if light:
@@ -159,9 +158,14 @@ _PERMUTE = torch.ops.aten.permute.default
 _CONVOLUTION = torch.ops.aten.convolution.default
 
 
-def _activation_only(node: fx.Node) -> bool:
-    """A convolution's input that is no convolution's weight. A weight handed on as given
-    arrives in the backward in the layout it has, and the convolutions that recompute with it
-    there give outputs in that layout too, which Inductor then writes twice, once for the
-    library call's stride check (a U-Net's plan at 0.5: 3.1 MB over its prediction)."""
-    return not any(u.op == "call_function" and u.target is _CONVOLUTION and u.args[1] is node for u in node.users)
+def _handed_on(node: fx.Node) -> bool:
+    """Is a returned input that Inductor would lay out channels-last handed on as given? A
+    convolution's input is, and so is the weight of convolutions that each read a graph input
+    (a stem, a patch embedding: each copies its input for itself anyway). Other weights are not:
+    inside a network a weight that arrives in the backward as given changes the layouts Inductor
+    gives the activations around its convolutions there, and it writes some twice (measured
+    with every weight handed on: a U-Net at 0.5, whose convolution backwards then take their
+    operands in the weight's layout, 3.1 MB over its prediction; ResNet-50's least plan, a
+    recomputed activation written both contiguous and channels-last, 2.1 MB over)."""
+    convs = [u for u in node.users if u.op == "call_function" and u.target is _CONVOLUTION and u.args[1] is node]
+    return all(isinstance(c.args[0], lite.NODES) and c.args[0].op == "placeholder" for c in convs)

@@ -849,7 +849,7 @@ def _channels_last_ordered(val) -> bool:
     return all(a <= b for a, b in zip(strides, strides[1:]))
 
 
-def inputs_relaid_if_returned(fwd: fx.GraphModule) -> set[str]:
+def inputs_relaid_if_returned(fwd: fx.GraphModule, *, relayouts: bool | None = None) -> set[str]:
     """Forward inputs that a convolution reads and that Inductor would lay out channels-last
     where they are defined if the forward returned them (``relaid_inputs``), given the
     layout optimization it chooses for the graph.
@@ -857,29 +857,33 @@ def inputs_relaid_if_returned(fwd: fx.GraphModule) -> set[str]:
     An input whose strides already are in channels-last order once its dimensions of size 1
     are ignored is only reinterpreted, not copied: a 1x1 convolution's weight (O, I, 1, 1)
     (measured on the bottleneck ResNet-50: counting a copy of every 1x1 weight, saved for the
-    backward, put the backward's start 0.76 MB, 8%, above Inductor's)."""
+    backward, put the backward's start 0.76 MB, 8%, above Inductor's). ``relayouts``:
+    Inductor's layout decision for ``fwd`` where the caller has it
+    (``_compat.inductor_relayouts_convolutions``)."""
     convs = list(fwd.graph.find_nodes(op="call_function", target=torch.ops.aten.convolution.default))
-    if not convs or not _compat.inductor_relayouts_convolutions(fwd):
+    if not convs or not (_compat.inductor_relayouts_convolutions(fwd) if relayouts is None else relayouts):
         return set()
     return {a.name for c in convs for a in c.args[:2] if isinstance(a, NODES) and a.op == "placeholder"
             and not _channels_last_ordered(a.meta.get("val"))}
 
 
-def relaid_inputs(fwd: fx.GraphModule) -> set[str]:
+def relaid_inputs(fwd: fx.GraphModule, *, relaid_if_returned: set[str] | None = None) -> set[str]:
     """Forward inputs Inductor copies to channels-last for its convolutions where they are
     defined: those of ``inputs_relaid_if_returned`` that the forward returns as they are. The
     copy is what it returns, so a saved one is held until the backward's last use
     (``GraphLowering.run_node`` gives a returned value the strides of its layout
     optimization); every other convolution input is copied by the convolution that reads it
-    (``conv_copied_inputs``)."""
-    maybe = inputs_relaid_if_returned(fwd)
+    (``conv_copied_inputs``). ``relaid_if_returned``: ``inputs_relaid_if_returned(fwd)``
+    where the caller has it."""
+    maybe = inputs_relaid_if_returned(fwd) if relaid_if_returned is None else relaid_if_returned
     if not maybe:
         return set()
     returned = next(iter(fwd.graph.find_nodes(op="output"))).args[0]
     return {a.name for a in returned if isinstance(a, NODES) and a.name in maybe}
 
 
-def conv_copied_inputs(gm: fx.GraphModule, arrive_channels_last: set[str] = frozenset()) -> set[str]:
+def conv_copied_inputs(gm: fx.GraphModule, arrive_channels_last: set[str] = frozenset(), *,
+                       relayouts: bool | None = None, relaid: set[str] | None = None) -> set[str]:
     """Inputs of a graph that its convolutions copy channels-last for themselves, each while
     it runs: those neither in channels-last order nor laid out so where the graph starts
     (``relaid_inputs``, or a backward's saved activations Inductor laid out so in the
@@ -888,12 +892,17 @@ def conv_copied_inputs(gm: fx.GraphModule, arrive_channels_last: set[str] = froz
     backward whose weight arrives channels-last (Inductor asks the input for the stride
     order of the weight's gradient). The forward hands its inputs on as given where it
     returns them through views (``fx_passes.return_inputs_as_given``), so the backward's
-    recomputed convolutions and its convolution backwards copy them again."""
+    recomputed convolutions and its convolution backwards copy them again. ``relayouts``,
+    ``relaid``: Inductor's layout decision for ``gm`` and ``relaid_inputs(gm)``, where the
+    caller has them (each asks Inductor's heuristic again)."""
     convs = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in _CONVOLUTIONS]
     if not convs:
         return set()
-    relayouts = _compat.inductor_relayouts_convolutions(gm)
-    laid_out = relaid_inputs(gm) | set(arrive_channels_last)
+    if relayouts is None:
+        relayouts = _compat.inductor_relayouts_convolutions(gm)
+    if relaid is None:
+        relaid = relaid_inputs(gm, relaid_if_returned=inputs_relaid_if_returned(gm, relayouts=relayouts))
+    laid_out = set(relaid) | set(arrive_channels_last)
 
     def copied(a: fx.Node) -> bool:
         return (a.op == "placeholder" and a.name not in laid_out
@@ -939,12 +948,18 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
     those graphs read) and its saved activations are alive; what they keep stays through
     this graph's backward."""
     # Channels-last convolutions (Inductor's layout optimization), even where no input needs a copy.
-    channels_last = bool(relaid) or (fusion and any(fwd.graph.find_nodes(op="call_function", target=_CONVOLUTIONS[0]))
-                                     and _compat.inductor_relayouts_convolutions(fwd))
+    # Inductor's layout heuristic asked once (it reads every node).
+    relayouts = bool(fusion and fwd.graph.find_nodes(op="call_function", target=_CONVOLUTIONS[0])
+                     and _compat.inductor_relayouts_convolutions(fwd))
+    channels_last = bool(relaid) or relayouts
+    relaid_if_returned = inputs_relaid_if_returned(fwd, relayouts=relayouts) if fusion else set()
     fwd_prefers = _compat.inductor_prefers_channels_last(fwd) if fusion and channels_last else set()
+    conv_copied = (conv_copied_inputs(fwd, relayouts=relayouts,
+                                      relaid=relaid_inputs(fwd, relaid_if_returned=relaid_if_returned))
+                   if fusion else set())
     fwd_steps, fwd_storage = _graph_steps(fwd, "forward", {}, relaid, fusion, channels_last=channels_last,
                                           workspace=workspace, symbolic=symbolic, prefers_channels_last=fwd_prefers,
-                                          conv_copied=conv_copied_inputs(fwd) if fusion else set())
+                                          conv_copied=conv_copied)
     # The backward's saved inputs arrive in the storages the forward returned them in.
     fwd_out_args = list(next(iter(fwd.graph.find_nodes(op="output"))).args[0])
     rename = {}
@@ -955,7 +970,7 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
             rename[node.name] = f"backward:{node.name}"
     # Saved activations Inductor laid out channels-last in the forward arrive so in the backward;
     # the inputs a convolution reads arrive so only where the forward returned their copies.
-    as_given = inputs_relaid_if_returned(fwd) - set(relaid) if fusion and channels_last else set()
+    as_given = relaid_if_returned - set(relaid) if channels_last else set()
     arrive_channels_last = {n.name for n in fwd_prefers if n.name not in as_given}
     bwd_steps, bwd_storage = _graph_steps(bwd, "backward", rename, fusion=fusion, channels_last=channels_last,
                                           workspace=workspace, symbolic=symbolic,
