@@ -125,12 +125,16 @@ def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Nod
     # What such a value is computed from that the forward does not otherwise compute comes
     # with it (a square's backward saves 2 * x**1: both are placed, or the backward reads a
     # value no stage makes).
-    extra = {n for n in nodes if n in saved and n in forward and n not in required and n not in free
-             and n not in pinned}
+    kept = set(pinned)
+
+    def placed_on_its_own(n: fx.Node) -> bool:  # a forward value no other rule places
+        return n in forward and n not in required and n not in free and n not in kept
+
+    extra = {n for n in nodes if n in saved and placed_on_its_own(n)}
     stack = list(extra)
     while stack:
         for a in stack.pop().all_input_nodes:
-            if a in forward and a not in required and a not in free and a not in pinned and a not in extra:
+            if placed_on_its_own(a) and a not in extra:
                 extra.add(a)
                 stack.append(a)
     for n in nodes:

@@ -13,7 +13,7 @@ from fxremat.floor import graph_floor
 from fxremat.measure import measure_peak_bytes
 from fxremat.sizes import node_bytes
 
-from conftest import bench_module, linearization_of, train_step_matches_eager
+from conftest import SquaredPatchResidual, bench_module, linearization_of, train_step_matches_eager
 
 DECODER = dict(batch=2, seq=64, layers=4, dim=32, heads=2)
 
@@ -231,28 +231,13 @@ def test_a_pinned_attention_mask_is_read_not_remade_in_a_stages_backward():
     assert all(torch.equal(a, b) for other in grads[1:] for a, b in zip(grads[0], other))
 
 
-class _SquaredResidual(torch.nn.Module):
-    """A patch embedding, an MLP with a residual, and a squared loss: the backward of the
-    square is ``2 * x**1 * grad``, whose ``2 * x**1`` the traffic-optimal cut saves, though
-    the forward never needs ``x**1``."""
-
-    def __init__(self, dim=32):
-        super().__init__()
-        self.patch = torch.nn.Conv2d(3, dim, 4, stride=4)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(dim, 4 * dim), torch.nn.GELU(), torch.nn.Linear(4 * dim, dim))
-
-    def forward(self, x):
-        h = self.patch(x).flatten(2).transpose(1, 2)
-        return (h + self.mlp(h)).square().mean()
-
-
 def test_a_saved_value_only_the_backward_reads_comes_with_what_it_is_made_from():
     """Before: the saved ``2 * x**1`` was placed in the first stage and ``x**1`` in none, so
     Rotor's plans around that saved set read a value no stage made (a ``KeyError`` for
     ``memory_budget=0.0`` through Inductor). Now every value a stage's forward reads is made
     by a stage (or free, pinned, an input), and the least-memory plan is exact in float64."""
     torch.manual_seed(0)
-    lin = linearization_of(_SquaredResidual(), torch.randn(8, 3, 32, 32), saved_set="traffic")
+    lin = linearization_of(SquaredPatchResidual(), torch.randn(8, 3, 32, 32), saved_set="traffic")
     staged = {n for st in lin.stages for n in st.forward}
     unmade = sorted({a.name for st in lin.stages for n in st.forward for a in n.all_input_nodes
                      if a.op != "placeholder" and a not in staged and a not in lin.free and a not in lin.pinned})
@@ -260,6 +245,6 @@ def test_a_saved_value_only_the_backward_reads_comes_with_what_it_is_made_from()
     position = {n: i for i, n in enumerate(n for st in lin.stages for n in st.forward)}
     assert all(position[a] < position[n] for st in lin.stages for n in st.forward
                for a in n.all_input_nodes if a in position)  # made before it is read
-    worst = train_step_matches_eager(lambda: (_SquaredResidual(), (torch.randn(8, 3, 32, 32),)),
+    worst = train_step_matches_eager(lambda: (SquaredPatchResidual(), (torch.randn(8, 3, 32, 32),)),
                                      memory_budget=0.0, solver="rotor")
     assert worst < 1e-10, worst

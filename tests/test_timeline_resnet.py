@@ -33,7 +33,7 @@ from fxremat.measure import measure_peak_bytes
 from fxremat.models import Bottleneck
 from fxremat.fx_passes import return_inputs_as_given
 from fxremat.timeline import conv_copied_inputs, predict, relaid_inputs
-from conftest import aten_graph
+from conftest import SquaredPatchResidual, aten_graph
 
 aten = torch.ops.aten
 
@@ -235,19 +235,6 @@ def test_small_bottleneck_resnet_measures_as_predicted():
     assert abs(plan.predicted_peak_bytes - measured) <= 0.02 * measured, (plan.predicted_peak_bytes, measured)
 
 
-class _PatchEmbedding(nn.Module):
-    """A ViT's stem: a strided convolution over the image, then tokens."""
-
-    def __init__(self, dim=32):
-        super().__init__()
-        self.patch = nn.Conv2d(3, dim, 4, stride=4)
-        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-
-    def forward(self, x):
-        h = self.patch(x).flatten(2).transpose(1, 2)
-        return (h + self.mlp(h)).square().mean()
-
-
 @pytest.mark.inductor
 def test_under_a_budget_the_image_is_not_held_as_a_channels_last_copy():
     """Under a budget the forward hands the image and the patch weight on as given (the
@@ -256,7 +243,7 @@ def test_under_a_budget_the_image_is_not_held_as_a_channels_last_copy():
     checkpointing's peak): measured as predicted, the copies gone, gradients as eager's in
     float64."""
     torch.manual_seed(0)
-    model = _PatchEmbedding().double()
+    model = SquaredPatchResidual().double()
     x = torch.randn(8, 3, 32, 32, dtype=torch.float64)
     compiled = torch.compile(model, backend="fxremat", options={"memory_budget": 0.0})
 
