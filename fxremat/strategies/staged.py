@@ -274,6 +274,10 @@ def tangent_bytes(ctx: Context) -> int:
     return sum(node_bytes(n) for n in ctx.joint.graph.nodes if _compat.is_tangent(n))
 
 
+# A fitting plan predicting within this fraction of the budget ends the bisection.
+FULL = 0.001
+
+
 def search_model_budget(problem: StagedProblem, solve_at: Callable[[float], Schedule | None], least_model: float,
                         most_model: float, slack: tuple[float, ...]) -> Candidate:
     """The fastest plan whose predicted peak fits the budget, over the solver's model budgets
@@ -314,33 +318,67 @@ def search_model_budget(problem: StagedProblem, solve_at: Callable[[float], Sche
     # itself, so search the model budget: the largest one whose plan's *predicted*
     # peak fits. A larger model budget never gives a slower plan, so that plan is the
     # fastest the search sees; keep the fastest fitting plan found on the way.
-    best, lo, hi = least, least_model, most_model  # lo's plan fits
     top = make(solve_at(most_model))
     if fits(top):
         return top.candidate
+    return _bisect(problem, solve_at, least, least_model, most_model).candidate
+
+
+def search_faster_than(problem: StagedProblem, solve_at: Callable[[float], Schedule | None], least_model: float,
+                       most_model: float, beat: float) -> Candidate | None:
+    """``search_model_budget``'s plan among the schedules faster than ``beat`` (model
+    seconds) alone, or None when none of them fits: another view of the same chain, whose
+    plan can win over the ``beat`` one only by being faster. A schedule at least as slow
+    is not built: whether it fits or not, a faster one needs a larger model budget (a
+    larger model budget never gives a slower plan), so the search moves up past it."""
+    top_schedule = solve_at(most_model)
+    if top_schedule is None or top_schedule.makespan >= beat:
+        return None  # the fastest schedule of this view does not beat it
+    top = problem.make(top_schedule)
+    if problem.fits(top):
+        return top.candidate
+    found = _bisect(problem, solve_at, None, least_model, most_model, last=(top, most_model), beat=beat)
+    return found.candidate if found is not None else None
+
+
+def _bisect(problem: StagedProblem, solve_at: Callable[[float], Schedule | None], best: Probe | None, lo: float,
+            hi: float, last: tuple[Probe, float] | None = None, beat: float | None = None) -> Probe | None:
+    """The fastest fitting probe between the model budgets ``lo`` (whose plan ``best``
+    fits, when given) and ``hi`` (whose plan does not), bisecting on fit; ``last``: the
+    last probe built and its model budget, from which the first guess is made. With
+    ``beat``, schedules at least that slow are passed over unbuilt (``search_faster_than``)."""
+    make, fits, budget, outside = problem.make, problem.fits, problem.budget, problem.outside
     # Guess where the predicted peak meets the budget from the model's overstatement at
     # the last probe, then bisect what is left; stop at 2% apart. A guess that overshot
     # or gave a plan already seen is followed by a bisection step: guessing again from
     # the same plan lands a hair lower each time and never gets away from it (the
     # 12-layer transformer at 0.25 spent every step that way and kept a 2.4x slower plan).
-    last, last_model, guessing = least, least_model, True
-    for _ in range(8):
+    last_probe, last_model = last if last is not None else (best, lo)
+    guessing, built, passed = True, 0, 0
+    while built < 8 and passed < 16:
         if hi <= lo * 1.02:
             break
-        overstatement = last.peak / max(last_model + outside, 1.0)
+        overstatement = last_probe.peak / max(last_model + outside, 1.0)
         guess = budget / overstatement - outside
         guessed = guessing and lo < guess < hi
         mid = guess if guessed else ((lo + hi) / 2 if hi < 4 * lo else (lo * hi) ** 0.5)
+        schedule = solve_at(mid)
+        if beat is not None and (schedule is None or schedule.makespan >= beat):
+            lo, guessing, passed = mid, True, passed + 1  # too slow (or none): look higher
+            continue
+        built += 1
         seen = len(problem.built)
-        found = make(solve_at(mid))
+        found = make(schedule)
         if fits(found):
             lo = mid
-            if found.schedule.makespan < best.schedule.makespan:
+            if best is None or found.schedule.makespan < best.schedule.makespan:
                 best = found
+            if found.peak >= (1 - FULL) * budget:
+                break  # the budget is full: a larger model budget's plan predicts more
         else:
             hi = mid
         # After a bisection, guess again; after a guess, only if it fitted with a new plan.
         guessing = not guessed or (fits(found) and len(problem.built) > seen)
         if found is not None:
-            last, last_model = found, mid
-    return best.candidate
+            last_probe, last_model = found, mid
+    return best
