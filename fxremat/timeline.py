@@ -426,6 +426,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     # one function at the end of the backward, six 16 KiB buffers over the prediction).
     kernel_groups = fusion and _graph_device_type(gm) == "cpu"
     held: dict[fx.Node, list[Step]] = {}  # library call -> the steps of values written when it is lowered
+    relayouts: bool | None = None  # this graph's layout optimization (asked at its first concatenation)
     for node in gm.graph.nodes:
         base = base_of[node] = _storage_of(node, base_of)
         if node.op == "placeholder":
@@ -516,8 +517,12 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                     allocates[s] = deferred.pop(s)
         if fusion and node.target is _CAT and storage[node] is not None:
             _read_from_concatenation(node, storage[node], needs, inlining, folded)
-        concat_copies = (_concatenation_copies(node, prefers_channels_last, channels_last_inputs)
-                         if fusion and channels_last and phase == "backward" and node.target is _CAT else 0)
+        concat_copies = 0
+        if fusion and channels_last and phase == "backward" and node.target is _CAT:
+            if relayouts is None:  # Inductor's heuristic asked once a graph, and only here
+                relayouts = bool(gm.graph.find_nodes(op="call_function", target=_CONVOLUTIONS[0])
+                                 and _compat.inductor_relayouts_convolutions(gm))
+            concat_copies = _concatenation_copies(node, prefers_channels_last, channels_last_inputs, relayouts)
         if concat_copies:
             # In a backward (where it is recomputed; a forward's is written once, measured),
             # Inductor writes such a concatenation more than once in one kernel (see
@@ -674,7 +679,7 @@ def _copied_for_convolution_backward(node: fx.Node) -> list[fx.Node]:
 
 
 def _concatenation_copies(cat: fx.Node, prefers_channels_last: set[fx.Node],
-                          channels_last_inputs: set[str] = frozenset()) -> int:
+                          channels_last_inputs: set[str] = frozenset(), relayouts: bool = True) -> int:
     """How many copies of a backward's concatenation, beyond the one the graph reads, its
     kernel writes, for a concatenation that a convolution backward reads and that computes one
     of its parts in its own kernel (a nearest upsampling, an activation; a concatenation of
@@ -692,6 +697,12 @@ def _concatenation_copies(cat: fx.Node, prefers_channels_last: set[fx.Node],
       a saved activation that arrives so (``channels_last_inputs``) or a convolution's output
       (a U-Net's Rotor plan concatenating a saved skip activation measured one 14 MB buffer
       where one copy more was counted);
+      That holds where the backward has Inductor's layout optimization (``relayouts``: it
+      recomputes a convolution). Without it, ``constrain_conv_bwd_to_fx_strides`` asks the
+      convolution backward for its operands in their traced strides, and a concatenation laid
+      out channels-last for such a part but traced otherwise is copied for the call: one more
+      (a U-Net's Rotor plan at 0.6 recomputing no convolution: a 3 MB concatenation written
+      twice at the measured peak, 2.1 MB over its prediction when counted once);
     - read by it alone otherwise (every part computed in its kernel from values laid out
       otherwise): the concatenation and one copy for the call.
     """
@@ -706,6 +717,11 @@ def _concatenation_copies(cat: fx.Node, prefers_channels_last: set[fx.Node],
     if cat in prefers_channels_last:
         return 0
     fixed = any(isinstance(a, NODES) and _fixed_channels_last(a, channels_last_inputs) for a in cat.args[0])
+    if fixed and not relayouts:
+        val = cat.meta.get("val")
+        traced_channels_last = isinstance(val, torch.Tensor) and val.dim() == 4 and val.is_contiguous(
+            memory_format=torch.channels_last)
+        return 0 if traced_channels_last else 1
     return 0 if fixed else 1
 
 
