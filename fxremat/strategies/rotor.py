@@ -45,8 +45,13 @@ def search(problem: StagedProblem) -> Candidate:
     views = [False, True] if ctx.options.compiler == "inductor" else [False]
     found, refused = [], []
     for fused in views:
-        rchain = chain.rotor_chain(lin, problem.cost, ctx.input_names, in_chain, later_graphs=(need, kept),
-                                    incoming=(handed, tangents), fused=fused)
+        # The same for every budget: built once per linearization and view (a fraction's
+        # least-memory search and its search within the budget both ask).
+        key = ("rotor chain", id(lin), fused, need, kept)
+        if key not in ctx.memo:
+            ctx.memo[key] = chain.rotor_chain(lin, problem.cost, ctx.input_names, in_chain,
+                                              later_graphs=(need, kept), incoming=(handed, tangents), fused=fused)
+        rchain = ctx.memo[key]
         beat = found[0].plan.cut_cost if found else None
         try:
             plan, keeps_every_stage = _search_chain(problem, rchain, persistent, beat)
@@ -69,18 +74,26 @@ def _search_chain(problem: StagedProblem, rchain: rotor_dp.Chain, persistent: bo
     the sequence that keeps every stage (none is faster). Raises BudgetError. With ``beat``
     (model seconds), only a plan faster than that, or None."""
     lin = problem.lin
+    # The DP's answers, shared by the searches of this chain (a fraction asks twice).
+    solved: dict[float, Schedule | None] = problem.ctx.memo.setdefault(("rotor schedules", id(rchain), persistent), {})
 
     def solve_at(model_budget: float) -> Schedule | None:
-        try:
-            solution = rotor_dp.solve(rchain, model_budget, persistent=persistent)
-        except rotor_dp.InfeasibleBudget:
-            return None
-        return Schedule(solution.sequence, solution.makespan, chain.kept_after_forward(lin, solution.sequence))
+        if model_budget not in solved:
+            try:
+                solution = rotor_dp.solve(rchain, model_budget, persistent=persistent)
+                solved[model_budget] = Schedule(solution.sequence, solution.makespan,
+                                                chain.kept_after_forward(lin, solution.sequence))
+            except rotor_dp.InfeasibleBudget:
+                solved[model_budget] = None
+        return solved[model_budget]
 
     # A chain whose every byte lives outside it (one linear layer) needs a budget of 0,
     # which the DP does not take: ask for one byte.
-    least_model = max(rotor_dp.min_budget(rchain, persistent=persistent), 1.0)
-    keep_all = rotor_dp.solve(rchain, 1e30, persistent=persistent)
+    key = ("rotor ends", id(rchain), persistent)
+    if key not in problem.ctx.memo:
+        problem.ctx.memo[key] = (max(rotor_dp.min_budget(rchain, persistent=persistent), 1.0),
+                                 rotor_dp.solve(rchain, 1e30, persistent=persistent))
+    least_model, keep_all = problem.ctx.memo[key]
     most_model = max(keep_all.peak, least_model)  # keeps every stage: more never helps
     slack = (1.0001, 1.01, 1.03, 1.1)  # the DP rounds sizes up into bins
     if beat is not None:
