@@ -696,7 +696,7 @@ def _concatenation_copies(cat: fx.Node, prefers_channels_last: set[fx.Node],
       itself when one part is a buffer already laid out channels-last (``ConcatKernel.create``):
       a saved activation that arrives so (``channels_last_inputs``) or a convolution's output
       (a U-Net's Rotor plan concatenating a saved skip activation measured one 14 MB buffer
-      where one copy more was counted);
+      where one copy more was counted).
       That holds where the backward has Inductor's layout optimization (``relayouts``: it
       recomputes a convolution). Without it, ``constrain_conv_bwd_to_fx_strides`` asks the
       convolution backward for its operands in their traced strides, and a concatenation laid
