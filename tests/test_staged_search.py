@@ -35,8 +35,8 @@ class _Problem:
 
 
 def _solve_at(model_budget: float):
-    """A schedule ten times a coarse step of the model budget: its makespan falls and its
-    predicted peak (held in ``kept``) grows with the budget, 10% over the model."""
+    """The made-up solver's schedule at a model budget, in steps of 10: its makespan falls
+    and its predicted peak (held in ``kept``) grows with the budget, 10% over the model."""
     step = int(model_budget // 10) * 10
     return staged.Schedule([], 1000.0 - step, [1.1 * step])
 
