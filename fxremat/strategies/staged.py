@@ -327,8 +327,8 @@ def search_model_budget(problem: StagedProblem, solve_at: Callable[[float], Sche
 def search_faster_than(problem: StagedProblem, solve_at: Callable[[float], Schedule | None], least_model: float,
                        most_model: float, beat: float) -> Candidate | None:
     """``search_model_budget``'s plan among the schedules faster than ``beat`` (model
-    seconds) alone, or None when none of them fits: another view of the same chain, whose
-    plan can win over the ``beat`` one only by being faster. A schedule at least as slow
+    seconds) alone, or None when none of them fits: the chain of another view of the same
+    linearization, whose plan can win over the ``beat`` one only by being faster. A schedule at least as slow
     is not built: whether it fits or not, a faster one needs a larger model budget (a
     larger model budget never gives a slower plan), so the search moves up past it."""
     top_schedule = solve_at(most_model)
