@@ -388,7 +388,8 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                  fusion: bool = False, channels_last: bool = False,
                  workspace: Callable[[fx.Node], int] | None = None, symbolic: bool = False,
                  channels_last_inputs: set[str] = frozenset(), prefers_channels_last: set[fx.Node] | None = None,
-                 conv_copied: set[str] = frozenset()) -> tuple[list[Step], dict[str, str | None]]:
+                 conv_copied: set[str] = frozenset(),
+                 relayouts: bool | None = None) -> tuple[list[Step], dict[str, str | None]]:
     """Steps of one graph, and the storage of each node by name; ``rename`` maps a
     placeholder to the storage it arrives in. Inputs in ``relaid`` are copied to a new
     layout before their first use (Inductor's channels-last convolutions): the copy
@@ -401,7 +402,8 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     ``channels_last_inputs``: the inputs that arrive laid out channels-last (a backward's saved
     activations that Inductor's layout optimization laid out so in the forward).
     ``prefers_channels_last``: ``_compat.inductor_prefers_channels_last(gm)`` if the caller has it.
-    ``conv_copied``: inputs each convolution reading them copies for itself (``conv_copied_inputs``)."""
+    ``conv_copied``: inputs each convolution reading them copies for itself (``conv_copied_inputs``).
+    ``relayouts``: ``layout_optimized(gm)`` if the caller has it."""
     node_bytes, tensor_bytes = (node_bytes_expr, tensor_bytes_expr) if symbolic else (_node_bytes, _tensor_bytes)
     storage: dict[fx.Node, str | None] = {}
     needs: dict[fx.Node, frozenset[str]] = {}  # storages that reading the node's value touches
@@ -426,7 +428,6 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     # one function at the end of the backward, six 16 KiB buffers over the prediction).
     kernel_groups = fusion and _graph_device_type(gm) == "cpu"
     held: dict[fx.Node, list[Step]] = {}  # library call -> the steps of values written when it is lowered
-    relayouts: bool | None = None  # this graph's layout optimization (asked at its first concatenation)
     for node in gm.graph.nodes:
         base = base_of[node] = _storage_of(node, base_of)
         if node.op == "placeholder":
@@ -519,9 +520,8 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             _read_from_concatenation(node, storage[node], needs, inlining, folded)
         concat_copies = 0
         if fusion and channels_last and phase == "backward" and node.target is _CAT:
-            if relayouts is None:  # Inductor's heuristic asked once a graph, and only here
-                relayouts = bool(gm.graph.find_nodes(op="call_function", target=_CONVOLUTIONS[0])
-                                 and _compat.inductor_relayouts_convolutions(gm))
+            if relayouts is None:  # asked once a graph, and only here
+                relayouts = layout_optimized(gm)
             concat_copies = _concatenation_copies(node, prefers_channels_last, channels_last_inputs, relayouts)
         if concat_copies:
             # In a backward (where it is recomputed; a forward's is written once, measured),
@@ -678,6 +678,14 @@ def _copied_for_convolution_backward(node: fx.Node) -> list[fx.Node]:
     return [u for u in node.users if u.target is _CONV_BACKWARD and node in u.args[:2]][:1]
 
 
+def layout_optimized(gm: fx.GraphModule) -> bool:
+    """Does Inductor's layout optimization run on this graph (channels-last convolutions)?
+    Its heuristic (``_compat.inductor_relayouts_convolutions``) reads every node; a graph
+    without a convolution has none, so it is asked only where there is one."""
+    return bool(gm.graph.find_nodes(op="call_function", target=_CONVOLUTIONS[0])
+                and _compat.inductor_relayouts_convolutions(gm))
+
+
 def _concatenation_copies(cat: fx.Node, prefers_channels_last: set[fx.Node],
                           channels_last_inputs: set[str] = frozenset(), relayouts: bool = True) -> int:
     """How many copies of a backward's concatenation, beyond the one the graph reads, its
@@ -718,10 +726,7 @@ def _concatenation_copies(cat: fx.Node, prefers_channels_last: set[fx.Node],
         return 0
     fixed = any(isinstance(a, NODES) and _fixed_channels_last(a, channels_last_inputs) for a in cat.args[0])
     if fixed and not relayouts:
-        val = cat.meta.get("val")
-        traced_channels_last = isinstance(val, torch.Tensor) and val.dim() == 4 and val.is_contiguous(
-            memory_format=torch.channels_last)
-        return 0 if traced_channels_last else 1
+        return 0 if _channels_last_ordered(cat.meta.get("val")) else 1
     return 0 if fixed else 1
 
 
@@ -965,8 +970,7 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
     this graph's backward."""
     # Channels-last convolutions (Inductor's layout optimization), even where no input needs a copy.
     # Inductor's layout heuristic asked once (it reads every node).
-    relayouts = bool(fusion and fwd.graph.find_nodes(op="call_function", target=_CONVOLUTIONS[0])
-                     and _compat.inductor_relayouts_convolutions(fwd))
+    relayouts = fusion and layout_optimized(fwd)
     channels_last = bool(relaid) or relayouts
     relaid_if_returned = inputs_relaid_if_returned(fwd, relayouts=relayouts) if fusion else set()
     fwd_prefers = _compat.inductor_prefers_channels_last(fwd) if fusion and channels_last else set()
@@ -988,10 +992,14 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
     # the inputs a convolution reads arrive so only where the forward returned their copies.
     as_given = relaid_if_returned - set(relaid) if channels_last else set()
     arrive_channels_last = {n.name for n in fwd_prefers if n.name not in as_given}
+    bwd_relayouts = fusion and layout_optimized(bwd)
     bwd_steps, bwd_storage = _graph_steps(bwd, "backward", rename, fusion=fusion, channels_last=channels_last,
                                           workspace=workspace, symbolic=symbolic,
                                           channels_last_inputs=arrive_channels_last,
-                                          conv_copied=conv_copied_inputs(bwd, arrive_channels_last) if fusion else set())
+                                          conv_copied=(conv_copied_inputs(bwd, arrive_channels_last,
+                                                                          relayouts=bwd_relayouts)
+                                                       if fusion else set()),
+                                          relayouts=bwd_relayouts)
     bwd_outputs = {bwd_storage[n.name] for n in _output_nodes(bwd) if bwd_storage.get(n.name)}
     user_outputs = {
         s for a in fwd_out_args[:num_user_outputs] if isinstance(a, NODES)
