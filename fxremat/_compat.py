@@ -192,9 +192,11 @@ def inductor_writes_every_cat(device_type: str) -> bool:
 def inductor_falls_back(node) -> bool:
     """Does Inductor run this op as its ATen kernel (``lowering.fallbacks``: flash
     attention's CPU kernels, ``convolution_backward``, ...) rather than code of its own?"""
+    if node.op != "call_function":
+        return False
     from torch._inductor import lowering
 
-    return node.op == "call_function" and node.target in lowering.fallbacks
+    return node.target in lowering.fallbacks
 
 
 def inductor_scatters_in_aten(node) -> bool:
@@ -202,9 +204,9 @@ def inductor_scatters_in_aten(node) -> bool:
     an extern call (``lowering.scatter_fallback``): on CPU a summing scatter with more than one
     thread (``cpp.fallback_scatter_reduce_sum``), a max-pool's backward among them? Asked of
     Inductor's own rule (``utils.use_scatter_fallback``)."""
-    aten = torch.ops.aten
-    if node.op != "call_function" or node.target not in (aten.scatter_add.default, aten.scatter_reduce.two):
+    if node.op != "call_function" or node.target not in _scatters():
         return False
+    aten = torch.ops.aten
     reduce = "sum" if node.target is aten.scatter_add.default else (
         node.args[4] if len(node.args) > 4 else node.kwargs.get("reduce"))
     target, src = node.args[0], node.args[3] if len(node.args) > 3 else node.kwargs.get("src")
@@ -222,6 +224,11 @@ def inductor_scatters_in_aten(node) -> bool:
                                          src_val.device.type if src_is_tensor else "not impl", src_is_tensor))
     except (ImportError, TypeError):  # another torch's signature: a kernel of Inductor's own
         return False
+
+
+@functools.cache
+def _scatters() -> tuple:
+    return torch.ops.aten.scatter_add.default, torch.ops.aten.scatter_reduce.two
 
 
 def inductor_keeps_node_order() -> dict[str, bool]:

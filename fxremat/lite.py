@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from . import _compat
+from . import _compat, memo
 
 
 class Node:  # NODES below: what the planner's isinstance checks accept
@@ -97,8 +97,9 @@ class Facts:
 
     def impure(self, node: fx.Node) -> bool:
         """Whether FX's dead code elimination keeps ``node`` unread (``_compat``'s rule)."""
-        # Keyed by the rule too: it depends on whether Dynamo is tracing.
-        key = (node, _compat.dead_code_elimination_keeps_random())
+        # Keyed by the rule too: it depends on whether Dynamo is tracing (asked once a plan).
+        key = (node, memo.per_planning("dead code elimination keeps random",
+                                       _compat.dead_code_elimination_keeps_random))
         if key not in self._impure:
             self._impure[key] = node.op == "call_function" and _compat.survives_dead_code_elimination(node, key[1])
         return self._impure[key]

@@ -60,3 +60,23 @@ def per_meta(kind: str, node: Any, compute: Callable[[Any], Any]) -> Any:
     answer = compute(node)
     memo[key] = (meta, val, target, answer)
     return answer
+
+
+def per_planning(kind: str, compute: Callable[[], Any]) -> Any:
+    """``compute()``, remembered while planning: for what no node changes and one plan
+    cannot change either (whether Dynamo is tracing, an Inductor setting), which a search
+    asks of every node of every candidate. Outside ``planning`` it is asked afresh.
+
+    >>> calls = []
+    >>> with planning():
+    ...     answers = [per_planning("seven", lambda: calls.append(1) or 7) for _ in range(3)]
+    >>> answers, len(calls)
+    ([7, 7, 7], 1)
+    """
+    memo = _MEMO.get()
+    if memo is None:
+        return compute()
+    key = ("per planning", kind)
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]

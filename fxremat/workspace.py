@@ -115,7 +115,11 @@ def _extern_scratch(node: Any) -> int:
 def library_call(node: Any) -> bool:
     """Does Inductor run this op as a library call (an extern kernel: a matmul, convolution
     or attention, one of its ATen fallbacks, a scatter-add it leaves to ATen) rather than as
-    a kernel it generates?"""
+    a kernel it generates? (A fact of its op and its inputs' values: asked once a plan.)"""
+    return memo.per_meta("library call", node, _library_call)
+
+
+def _library_call(node: Any) -> bool:
     return oplib.is_compute_intensive(node) or inductor_falls_back(node) or inductor_scatters_in_aten(node)
 
 
