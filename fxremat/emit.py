@@ -54,6 +54,8 @@ class _Emitter:
         self.stand_ins: list[fx.Node] = []
         self.stand_in_of: dict[fx.Node, fx.Node] = {}  # stand-in -> the joint node it stands for
         self.op_index = -1
+        # a joint node's inputs: found once for all light copies (``lite.Facts``)
+        self.inputs = graph.facts.inputs if isinstance(graph, lite.Graph) else (lambda n: n.all_input_nodes)
 
     def value(self, node: fx.Node) -> fx.Node:
         if node not in self.env:
@@ -73,7 +75,7 @@ class _Emitter:
         # first pass may have made it for another reader, under another key.
         if self.only is not None and key not in self.only and not on_demand:
             return
-        for a in node.all_input_nodes:
+        for a in self.inputs(node):
             self.value(a)
         copy = self.graph.node_copy(node, lambda a: self.env[a])
         # Which operation of the sequence made it: Inductor must not fuse across these
@@ -88,12 +90,13 @@ class _Emitter:
 
 
 def backward_reads(joint: fx.GraphModule, lin: Linearization, sequence: list[rotor.Op],
-                   gradients: list[fx.Node], impure=None) -> tuple[set[fx.Node], set[tuple[int, str]]]:
+                   gradients: list[fx.Node], impure=None, inputs=None) -> tuple[set[fx.Node], set[tuple[int, str]]]:
     """What the backward of ``sequence`` reads that it does not compute (the values the
     forward must save, the tangents) and which (operation, node) copies it keeps
     alive: what a scratch emission (``_emit`` with stand-ins for what is missing) would
     give, found before any graph is extracted, so the forward saves exactly what is read.
-    ``impure``: ``lite.Facts.impure``, the joint nodes' purity found once (else asked of each)."""
+    ``impure``, ``inputs``: ``lite.Facts.impure`` and ``inputs``, the joint nodes' purity and
+    inputs found once (else asked of each)."""
     # The scratch emission's outcome without building its graph: which copies the dead
     # code elimination keeps (those the outputs or an impure op need) and which missing
     # inputs they read. Building it cost a third of a plan's search (the 12-layer
@@ -117,10 +120,10 @@ def backward_reads(joint: fx.GraphModule, lin: Linearization, sequence: list[rot
         return env[node]
 
     def emit(node: fx.Node) -> None:
-        inputs = [value(a) for a in node.all_input_nodes]
+        read = [value(a) for a in (inputs(node) if inputs else node.all_input_nodes)]
         env[node] = len(copy_key)
         copy_key.append((op_index, node.name))
-        copy_inputs.append(inputs)
+        copy_inputs.append(read)
         if node.op == "call_function" and (impure(node) if impure else _compat.survives_dead_code_elimination(node)):
             roots.append(env[node])
 

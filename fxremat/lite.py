@@ -93,7 +93,8 @@ class Facts:
     def __init__(self) -> None:
         self._impure: dict[tuple[fx.Node, bool], bool] = {}
         self._inputs: dict[fx.Node, list[fx.Node]] = {}
-        self._slots: dict[fx.Node, tuple[tuple[int, ...], bool]] = {}
+        # node -> (positions of node arguments, None if all; of trees holding nodes; kwargs hold nodes)
+        self._slots: dict[fx.Node, tuple[tuple[int, ...] | None, tuple[int, ...], bool]] = {}
 
     def impure(self, node: fx.Node) -> bool:
         """Whether FX's dead code elimination keeps ``node`` unread (``_compat``'s rule)."""
@@ -116,11 +117,23 @@ class Facts:
         """``node``'s arguments and keyword arguments with each node ``a`` replaced by ``fn(a)``."""
         if isinstance(node, Node):
             return _map(node.args, fn), _map(node.kwargs, fn)
-        if node not in self._slots:
-            kinds = tuple(1 if isinstance(a, NODES) else 2 if _holds_node(a) else 0 for a in node.args)
-            self._slots[node] = kinds, _holds_node(node.kwargs)
-        kinds, kwargs_hold = self._slots[node]
-        args = tuple(a if k == 0 else fn(a) if k == 1 else _map(a, fn) for a, k in zip(node.args, kinds))
+        slots = self._slots.get(node)
+        if slots is None:
+            kinds = [1 if isinstance(a, NODES) else 2 if _holds_node(a) else 0 for a in node.args]
+            # (None: every argument a node, the common case, mapped in one call)
+            nodes = None if all(k == 1 for k in kinds) else tuple(i for i, k in enumerate(kinds) if k == 1)
+            slots = self._slots[node] = (nodes, tuple(i for i, k in enumerate(kinds) if k == 2),
+                                         _holds_node(node.kwargs))
+        nodes, trees, kwargs_hold = slots
+        if nodes is None:
+            args = tuple(map(fn, node.args))
+        else:
+            mapped = list(node.args)
+            for i in nodes:
+                mapped[i] = fn(mapped[i])
+            for i in trees:
+                mapped[i] = _map(mapped[i], fn)
+            args = tuple(mapped)
         return args, (_map(node.kwargs, fn) if kwargs_hold else node.kwargs)
 
 
@@ -162,7 +175,7 @@ class Graph:
         16-layer transformer's planning memory)."""
         # The copy reads the copies of what ``node`` reads, in the same order (FX's order:
         # first appearance in the arguments), each distinct node to a distinct copy.
-        inputs = list(dict.fromkeys(arg_transform(a) for a in self.facts.inputs(node)))
+        inputs = list(dict.fromkeys(map(arg_transform, self.facts.inputs(node))))
         args, kwargs = self.facts.copy_args(node, arg_transform)
         return self._add(node.name, node.op, node.target, args, kwargs, node.meta,
                          getattr(node, "source", None) or node, inputs)

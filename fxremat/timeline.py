@@ -19,6 +19,7 @@ import torch.fx as fx
 from . import _compat, oplib
 from .aliasing import is_alias, readers, storage_node
 from .lite import NODES
+from .memo import per_meta
 from .passes.memory import Step, Timeline, simulate
 from .workspace import channels_last_scratch_bytes, library_call
 from .sizes import (_hint, flat_tensors, is_multi_output, incoming_gradient_held, node_bytes, node_bytes_expr, storage_of,
@@ -274,8 +275,11 @@ class Inlining:
 def _big(node: fx.Node) -> frozenset[str]:
     """``{node.name}`` if loading its value is a load Inductor counts as nontrivial (an
     index that varies: more than one element), else nothing."""
-    vals = flat_tensors(node.meta.get("val"))
-    return frozenset([node.name]) if any(v.numel() != 1 for v in vals) else frozenset()
+    return frozenset([node.name]) if per_meta("not one element", node, _not_one_element) else frozenset()
+
+
+def _not_one_element(node: fx.Node) -> bool:
+    return any(v.numel() != 1 for v in flat_tensors(node.meta.get("val")))
 
 
 _MM = torch.ops.aten.mm.default

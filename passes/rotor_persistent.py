@@ -65,6 +65,17 @@ def _shift(row: np.ndarray, w: int) -> np.ndarray:
     return out
 
 
+def _add_shifted(shifted: np.ndarray, w: int, other, out: np.ndarray) -> np.ndarray:
+    """``out[..., m] = shifted[..., m - w] + other[..., m]`` (infinite where ``m < w``), ``other``
+    a scalar or a row over the bins: ``_shift(shifted, w) + other`` without the temporary (the
+    DP's inner loop made one per step)."""
+    width = out.shape[-1]
+    w = min(w, width)
+    out[..., :w] = np.inf
+    np.add(shifted[..., :width - w], other if np.isscalar(other) else other[..., w:], out=out[..., w:])
+    return out
+
+
 def _persistent_table(c: _Arrays, S: int) -> list[np.ndarray]:
     """Algorithm 3: the table of ``P`` (module docstring), vectorised over the bins and ``s``.
 
@@ -100,6 +111,7 @@ def _persistent_table(c: _Arrays, S: int) -> list[np.ndarray]:
         raise ValueError(f"the persistent DP would need a {cells:,}-entry table: use fewer bins")
     P: list[np.ndarray] = [np.empty((0, width), _DT)]  # P[t][s, m] = P(s, t, m)
     buf = np.empty((n + 1, width), _DT)
+    ck = np.empty(width, _DT)
     for t in range(1, n + 1):
         Pt = np.full((t + 1, width), np.inf, _DT)
         P.append(Pt)
@@ -111,14 +123,14 @@ def _persistent_table(c: _Arrays, S: int) -> list[np.ndarray]:
             if j == t:
                 row[min(thr_all, width):] = ulast[j]
             else:
-                np.add(_shift(Pt[j + 1], wab[j]), uall[j], out=row)
+                _add_shifted(Pt[j + 1], wab[j], uall[j], out=row)
                 row[:thr_all] = np.inf
-                ck = Q[j] + uf[j]
+                np.add(Q[j], uf[j], out=ck)
                 ck[:wd[t] + wa[j] + of[j]] = np.inf
                 np.minimum(row, ck, out=row)
             if j >= 2:
                 rows = Q[1:j]
-                mat = np.add(P[j - 1][1:j], _shift(row, wa[j - 1]), out=buf[:j - 1])
+                mat = _add_shifted(row, wa[j - 1], P[j - 1][1:j], out=buf[:j - 1])
                 if j == t:
                     rows[...] = mat
                 else:

@@ -228,8 +228,8 @@ def _rotor_builds(monkeypatch, make, kwargs, budget=0.5, **options):
         chains[id(lin)] = (orig_chain(lin, cost, inputs, gradients, **kwargs), cost)
         return chains[id(lin)][0]
 
-    def backward_reads(joint, lin, sequence, gradients, impure=None):
-        answer = orig_reads(joint, lin, sequence, gradients, impure)
+    def backward_reads(joint, lin, sequence, gradients, *found):
+        answer = orig_reads(joint, lin, sequence, gradients, *found)
         builds.append((joint, lin, sequence, gradients, *chains[id(lin)], answer))
         return answer
 

@@ -220,7 +220,8 @@ class StagedProblem:
         kept = {n if storage_of(n) in ctx.input_names else (storage_node(n) or n) for n in schedule.kept + lin.pinned}
         # Save what the backward reads of what the sequence keeps (kept values no op
         # reads are not saved), the step inputs it reads, and the symbolic sizes.
-        reads, alive = emit.backward_reads(ctx.joint, lin, schedule.sequence, self.gradients, ctx.facts.impure)
+        reads, alive = emit.backward_reads(ctx.joint, lin, schedule.sequence, self.gradients, ctx.facts.impure,
+                                            ctx.facts.inputs)
         missing = sorted(n.name for n in reads if n.op != "placeholder" and (n not in kept or n in lin.free))
         if missing:
             raise KeyError(f"fxremat {self.solver.name}: the backward reads {missing}, which the forward does not keep")
