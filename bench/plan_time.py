@@ -20,7 +20,8 @@ the joint graph:
   unless the least plan is at the floor). Every fraction is feasible (0.0 is the least plan).
 
 and then each partitioner's peak Python memory (``tracemalloc``, one more run each: the
-planner's own allocations, graphs and solver state, not torch's C++ tensors).
+planner's own allocations, graphs and solver state, not torch's C++ tensors), each from a
+collected heap (``gc.collect()``).
 
 Models: ``transformer`` is ``fxremat.models.TransformerStack`` at dim 64, 4 heads, sequence
 64, batch 2, at each ``--layers`` count (issue #21's table); the others are the frontier's
@@ -76,6 +77,7 @@ def _capture(model_name: str, layers: int):
 
 
 def _child(spec: dict) -> dict:
+    import gc
     import tracemalloc
     import warnings
 
@@ -125,6 +127,9 @@ def _child(spec: dict) -> dict:
         row[f"{name}_s"] = min(seconds[name])
         row[f"{name}_all_s"] = seconds[name]
     for name in ("fxremat", "pytorch_budget"):
+        # From a collected heap: a run's peak counts the cyclic garbage (FX graphs) left
+        # until the collector runs, and the runs before would change when it does.
+        gc.collect()
         tracemalloc.start()
         runs[name]()
         row[f"{name}_peak_python_bytes"] = tracemalloc.get_traced_memory()[1]

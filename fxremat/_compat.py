@@ -679,6 +679,17 @@ def make_graph_module(root: Any, graph: fx.Graph) -> fx.GraphModule:
     return _LazyGraphModule(root, graph)
 
 
+def graph_source(gm: fx.GraphModule) -> str:
+    """``gm.code`` without compiling it: a lazy GraphModule (``make_graph_module``,
+    ``lazy_graph_modules``) whose code is not made yet gets its source from its graph, as its
+    ``recompile`` would, and stays lazy (compiled where it is first run, as PyTorch's own
+    partitioner leaves its graphs)."""
+    needs_recompile = getattr(gm, "_needs_recompile", None)  # torch's _LazyGraphModule
+    if needs_recompile is not None and needs_recompile():
+        return gm.graph.python_code(root_module="self").src
+    return gm.code
+
+
 def lazy_graph_modules():
     """Within it, GraphModules torch makes (its partitioner's extractor) are lazy too."""
     from torch.fx._lazy_graph_module import _use_lazy_graph_module

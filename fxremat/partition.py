@@ -157,11 +157,13 @@ def _plan_memoized(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.
         ctx.memo.clear()
     if least is not None and least is not chosen:
         least.release()  # built again if a dynamic-shape bound asks for it (``realize``)
-    chosen.realize()  # searches score light graphs; the plan chosen gets torch.fx ones
+    with _compat.lazy_graph_modules():  # their code is made where they first run
+        chosen.realize()  # searches score light graphs; the plan chosen gets torch.fx ones
     fwd, bwd, plan = chosen.forward, chosen.backward, chosen.plan
     plan.notes["floor_bytes"] = floor.bytes
     # Planning builds many candidate graphs: their Python code is made only for the one that runs.
-    plan.forward_code, plan.backward_code = plan.forward_code or fwd.code, plan.backward_code or bwd.code
+    plan.forward_code = plan.forward_code or _compat.graph_source(fwd)
+    plan.backward_code = plan.backward_code or _compat.graph_source(bwd)
     mark_predicted_levels(fwd, bwd, plan.timeline)
     mark_call_windows(fwd)
     mark_call_windows(bwd)
