@@ -204,12 +204,12 @@ def check_no_aliasing(saved: list[fx.Node], input_names: set[str]) -> None:
 
 
 def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.GraphModule, saved: list[fx.Node],
-                   cut_cost: float, recomputed: list[dict] | None = None, with_code: bool = True,
+                   cut_cost: float, recomputed: list[dict] | None = None,
                    foreign: bool = False, **extra: Any) -> Candidate:
     """The candidate of the graphs ``fwd`` and ``bwd``: its plan, with the timeline predicted
-    for the compiler in the options. ``with_code=False``: the graphs' Python code is filled
-    in later, for the candidate chosen only (making it for every candidate is slow); ``lite``
-    graphs have none. ``foreign``: the graphs are another partitioner's (PyTorch's, as a
+    for the compiler in the options; its graphs' Python code is quoted later, for the plan
+    chosen only (``partition``: making it for every candidate is slow; ``lite`` graphs have
+    none). ``foreign``: the graphs are another partitioner's (PyTorch's, as a
     point of comparison), which may save several views of one storage; fxremat's own plans
     save storages (``check_no_aliasing``)."""
     if ctx.options.compiler == "inductor":
@@ -245,8 +245,8 @@ def make_candidate(ctx: Context, solver: str, fwd: fx.GraphModule, bwd: fx.Graph
         cut_cost=cut_cost,
         timeline=timeline,
         budget_bytes=None,
-        forward_code=fwd.code if with_code else "",
-        backward_code=bwd.code if with_code else "",
+        forward_code="",  # quoted for the plan chosen only (``partition``): making it is slow
+        backward_code="",
         **extra,
     )
     return Candidate(fwd, bwd, plan, list(saved))

@@ -162,8 +162,7 @@ def _plan_memoized(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.
     fwd, bwd, plan = chosen.forward, chosen.backward, chosen.plan
     plan.notes["floor_bytes"] = floor.bytes
     # Planning builds many candidate graphs: their Python code is made only for the one that runs.
-    plan.forward_code = plan.forward_code or _compat.graph_source(fwd)
-    plan.backward_code = plan.backward_code or _compat.graph_source(bwd)
+    plan.forward_code, plan.backward_code = _compat.graph_source(fwd), _compat.graph_source(bwd)
     mark_predicted_levels(fwd, bwd, plan.timeline)
     mark_call_windows(fwd)
     mark_call_windows(bwd)

@@ -98,7 +98,7 @@ def pytorch_default(ctx: Context, joint_inputs: Any) -> tuple[dict[str, Any] | N
                                                   compiler="inductor")
         inputs = {n.name for n in bwd.graph.find_nodes(op="placeholder")}
         saved = [n for n in ctx.joint.graph.nodes if n.name in inputs]
-        candidate = make_candidate(ctx, "pytorch", fwd, bwd, saved, 0.0, with_code=False, foreign=True)
+        candidate = make_candidate(ctx, "pytorch", fwd, bwd, saved, 0.0, foreign=True)
     except Exception as error:  # noqa: BLE001 - a report's comparison, never the plan: said in the report
         return None, f"PyTorch's default partition: not estimated ({type(error).__name__}: {error})"
     return point("PyTorch default", candidate, ctx, None), ""

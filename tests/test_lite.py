@@ -221,3 +221,29 @@ def test_a_nodes_facts_are_remembered_only_while_it_is_planned(monkeypatch):
     afresh = _plan(models.make_transformer, kwargs, options)
     assert [(p.predicted_peak_bytes, p.saved) for p in remembered] == [(p.predicted_peak_bytes, p.saved) for p in afresh]
     assert 0 < 3 * with_memo < len(asked)
+
+
+def test_the_chosen_graphs_stay_lazy_and_the_plan_quotes_their_code(monkeypatch):
+    """The planner hands back lazy GraphModules (their code compiled where they first run,
+    as PyTorch's partitioner leaves its own: compiling it was the planner's memory peak) and
+    quotes the code they compile to (``_compat.graph_source``), at a budget (light graphs built
+    again as torch.fx ones) and without."""
+    from fxremat import backend
+
+    handed = []
+    real_partition = backend.partition
+
+    def partition(*args, **kwargs):
+        fwd, bwd, plan = real_partition(*args, **kwargs)
+        lazy = fwd._needs_recompile() and bwd._needs_recompile()
+        handed.append((lazy, (plan.forward_code, plan.backward_code), (fwd.code, bwd.code)))  # .code compiles
+        return fwd, bwd, plan
+
+    monkeypatch.setattr(backend, "partition", partition)
+    for options in ({"memory_budget": 0.5}, {}):
+        handed.clear()
+        _plan(models.make_transformer, dict(batch=2, seq=8, dim=16, layers=2), options)
+        assert handed
+        for lazy, quoted, compiled in handed:
+            assert lazy
+            assert quoted == compiled

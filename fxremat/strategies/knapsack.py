@@ -83,7 +83,7 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
         if not light:
             mark_recomputation_windows(bwd, fwd_names)
         lifted = {item.name for item in items[:k]}
-        found = make_candidate(ctx, "knapsack", fwd, bwd, saved, 0.0, with_code=False)
+        found = make_candidate(ctx, "knapsack", fwd, bwd, saved, 0.0)
         found.plan = dataclasses.replace(found.plan,
                                          banned={name: why for name, why in banned.items() if name not in lifted})
         found.plan.budget_bytes = budget

@@ -17,7 +17,7 @@ def candidate(ctx: Context, saved: list[fx.Node], cut_cost: float, light: bool =
     on light graphs (``lite``) until ``Candidate.realize`` (over the budget, it is only
     scored)."""
     fwd, bwd, _ = extract_placed(ctx, saved, light=light)
-    found = make_candidate(ctx, "mincut", fwd, bwd, saved, cut_cost, with_code=not light)
+    found = make_candidate(ctx, "mincut", fwd, bwd, saved, cut_cost)
     if light:
         found.rebuild = lambda: candidate(ctx, saved, cut_cost, light=False)
     return found

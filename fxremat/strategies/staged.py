@@ -239,7 +239,7 @@ class StagedProblem:
         bwd, recomputed, _ = emit.emit_backward(template, ctx.joint, lin, schedule.sequence,
                                                 ctx.classes.bwd_outputs, alive)
         found = make_candidate(ctx, self.solver.name, fwd, bwd, saved, schedule.makespan, recomputed,
-                               with_code=False, sequence=rotor_dp.format_sequence(schedule.sequence),
+                               sequence=rotor_dp.format_sequence(schedule.sequence),
                                stages=len(lin.stages))
         found.plan.budget_bytes = self.budget
         found.plan.notes = dict(self.notes)
