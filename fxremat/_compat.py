@@ -836,6 +836,18 @@ def real_tensors() -> Iterator[None]:
         yield
 
 
+def compile_id() -> str | None:
+    """Dynamo's id of the frame compile under way (``"0/0"``; None outside one): the graphs one
+    compile hands the backend (DDPOptimizer's buckets) share it."""
+    try:
+        from torch._guards import CompileContext
+
+        found = CompileContext.current_compile_id()
+    except (ImportError, AttributeError):
+        return None
+    return None if found is None else str(found)
+
+
 def traced_values(args) -> bool:
     """Whether a compiled graph is called on fake values (traced, not run): DDPOptimizer
     propagates fake tensors through the buckets it has compiled."""

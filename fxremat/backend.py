@@ -18,7 +18,7 @@ from . import _compat, dynamic, inspect, ranks, step
 from .options import Options
 from .partition import partition
 from .candidate import log
-from .plans import BudgetWarning, fxremat_error
+from .plans import BudgetWarning, Planned, fxremat_error, planning_only_active
 from .sizes import symbolic_dims
 
 
@@ -38,12 +38,15 @@ def _source_hash() -> str:
 class FxrematPartitioner(_compat.CustomPartitionerFn):
     """Inductor's partition step, replaced by fxremat's planner."""
 
-    def __init__(self, options: Options, cacheable: bool = True):
+    def __init__(self, options: Options, cacheable: bool = True, planning_only: bool = False):
         self.options = options
-        self.cacheable = cacheable
+        self.cacheable = cacheable and not planning_only
+        self.planning_only = planning_only  # stop once planned (``plans.planning_only``)
 
     def __call__(self, gm: fx.GraphModule, joint_inputs, **kwargs: Any):
         fwd, bwd, plan = partition(gm, joint_inputs, options=self.options, **kwargs)
+        if self.planning_only:
+            raise Planned(plan)
         folder = inspect.record(plan, self.options.debug_dir)
         if folder is not None:
             _report(plan, folder, self.options.debug_dir)
@@ -106,7 +109,8 @@ def _compile(gm: fx.GraphModule, example_inputs, opts: Options):
     # leave that one waiting in the comparison forever.
     budget = opts.memory_budget
     partitioner = FxrematPartitioner(opts, cacheable=ranks.world_size() == 1 and (
-        budget is None or (budget.fraction is not None and not symbolic_dims(example_inputs))))
+        budget is None or (budget.fraction is not None and not symbolic_dims(example_inputs))),
+        planning_only=planning_only_active())
     if opts.compiler == "eager":
         return _eager_compile(gm, example_inputs, partitioner)
     # Inductor's wrapper keeps a dead buffer alive until a later buffer of the same size

@@ -3,9 +3,11 @@ of a memory budget (``BudgetError``, ``BudgetWarning``, and their messages)."""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
-from typing import Any
+from typing import Any, Iterator
 
 import torch.fx as fx
 
@@ -26,6 +28,33 @@ class BudgetError(ValueError):
         self.least_bytes = least_bytes
         self.floor_bytes: int | None = None
         self.least_candidate = least_candidate
+
+
+class Planned(Exception):
+    """Raised by fxremat's partitioner inside ``planning_only()`` once the plan is made:
+    ``plan``, with nothing compiled (``fxremat.step`` asks what a graph's least-memory plan
+    needs without compiling its code)."""
+
+    def __init__(self, plan: "Plan"):
+        super().__init__(f"fxremat: graph {plan.graph_id} planned, not compiled")
+        self.plan = plan
+
+
+_PLANNING_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("fxremat_planning_only", default=False)
+
+
+@contextlib.contextmanager
+def planning_only() -> Iterator[None]:
+    """Compiles in this block stop once their plan is made, raising ``Planned``; none is cached."""
+    token = _PLANNING_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _PLANNING_ONLY.reset(token)
+
+
+def planning_only_active() -> bool:
+    return _PLANNING_ONLY.get()
 
 
 class BudgetWarning(UserWarning):
@@ -101,10 +130,16 @@ def fxremat_error(error: BaseException) -> BaseException | None:
     wraps (Dynamo's ``inner_exception``, ``__cause__``, ``__context__``), if any."""
     from .options import OptionError
 
+    return wrapped(error, (BudgetError, OptionError))
+
+
+def wrapped(error: BaseException, kinds: tuple[type, ...]) -> BaseException | None:
+    """The first exception of ``kinds`` in ``error`` or the exceptions it wraps (Dynamo's
+    ``inner_exception``, ``__cause__``, ``__context__``), if any."""
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, (BudgetError, OptionError)):
+        if isinstance(error, kinds):
             return error
         error = getattr(error, "inner_exception", None) or error.__cause__ or error.__context__
     return None

@@ -29,6 +29,15 @@ graph is planned within the budget less what the graphs before it hold (issue #2
 - A graph planned before the graphs held beside it ran (DDPOptimizer compiles all its buckets
   at once) finds at its call that the step is predicted over: it is planned again, within what
   they leave, once the step has ended (a ``BudgetWarning`` says so).
+- **The step's least in one error.** A budget no plan of the step meets raises one
+  ``BudgetError`` naming the step's least budget (``_step_least``): each graph at its
+  least-memory plan with the least of the graphs after it counted at its turn, found from the
+  last graph to the first by planning alone (``plans.planning_only``: nothing compiled). A
+  graph refused at its compile with nothing held (below its floor, or its least) keeps its
+  refusal for its first call, when every graph compiled with it is known (DDPOptimizer's
+  buckets, in the order they run); a replan that cannot leave the later graphs their need
+  names the least of the graphs its last step ran (the step then fits at the budget named:
+  ``tests/test_distributed.py``, ``tests/test_step_budget.py``).
 - **A graph called more than once in a step** (one compiled block run for every block, as
   with FSDP2's per-block compiles) finds its own earlier calls held: ``k`` calls hold ``k - 1``
   times what one call holds (saved activations and outputs) while the last one runs. Its calls
@@ -55,13 +64,16 @@ import torch
 
 from . import _compat, inspect
 from .options import Budget, Options, format_bytes
-from .plans import BudgetError, BudgetWarning, fxremat_error
+from .plans import BudgetError, BudgetWarning, Planned, fxremat_error, planning_only, wrapped
 from .sizes import tensor_bytes
 
 _HELD: dict[int, tuple["StepGraph", int]] = {}  # ledger entry -> (graph, bytes held)
 _ENTRIES = itertools.count()
 _steps_ended = 0  # times the ledger emptied: a step's last backward ran (or its graphs were freed)
 _LEAST_PROBES = 3  # a floor error names the floor; the least plan may need a little more
+_UNRUN: list[weakref.ref] = []  # step graphs compiled and not yet called, in order
+_STEP: list["StepGraph"] = []  # the graphs whose forwards ran in the step under way, in order
+_LAST_STEP: list["StepGraph"] = []  # those of the last step that ended
 
 
 def held_bytes() -> int:
@@ -100,11 +112,22 @@ class StepGraph:
         # Calls per step: the plan counts ``repeats`` calls; ``calls`` were made in step ``calls_in``.
         self.repeats, self.most_calls, self.calls, self.calls_in = 1, 1, 0, None
         self.plans_from = 0  # inspect.plan_count() before the compile whose plans are this graph's
-        self._build(list(example_inputs))
+        # Its compile's refusal, when no plan of its own fits the budget; the step's least is
+        # then named at the first call, once every graph compiled beside it is known.
+        self.refusal: BudgetError | None = None
+        self.step_refusal: BudgetError | None = None  # the error its calls raise
+        self._known_least = None  # (later, plan): the least-memory plan it was compiled at
+        self.compile_id = _compat.compile_id()  # graphs of one compile are run in one step
+        self._build(list(example_inputs), first=True)
+        _UNRUN.append(weakref.ref(self))
 
     def __call__(self, *args):
+        if _UNRUN and not _compat.traced_values(args):
+            _first_calls(self, args)
         if _compat.traced_values(args):
             return self.compiled(*args)
+        if self.step_refusal is not None or self.refusal is not None:  # the step's least, or its own refusal
+            raise (self.step_refusal or self.refusal).with_traceback(None)
         if self.stale_in is not None and _steps_ended > self.stale_in:
             self.stale_in = None
             self._build(list(args))
@@ -172,7 +195,10 @@ class StepGraph:
 
     # --- planning ---------------------------------------------------------------------
 
-    def _build(self, inputs: list) -> None:
+    def _build(self, inputs: list, first: bool = False) -> None:
+        """Planned and compiled within the budget less what the step holds now. ``first``: at
+        its compile, where a refusal with nothing held is kept for its first call
+        (``_first_calls``) instead of raised."""
         held = held_bytes()
         given = self.budget - held
         self.repeats = self.most_calls
@@ -185,6 +211,13 @@ class StepGraph:
         except Exception as error:  # noqa: BLE001 - a BudgetError of fxremat's, wrapped or not
             refusal = fxremat_error(error)
             if not isinstance(refusal, BudgetError) or held == 0 or refusal.least_bytes is None:
+                if first and isinstance(refusal, BudgetError) and held == 0:
+                    # Its calls raise the step's least (``_first_calls``). Compiled meanwhile at
+                    # its least-memory plan: DDPOptimizer runs each bucket it compiles on fake
+                    # tensors, for the next one's inputs (and wants its AOTAutograd metadata).
+                    self.refusal = refusal
+                    self.compiled = self._compile_least(inputs, self._later())
+                    return
                 if isinstance(refusal, BudgetError) and any(self._later()) and refusal.least_bytes is not None:
                     raise self._cannot_leave(refusal, inputs) from None
                 raise
@@ -223,7 +256,14 @@ class StepGraph:
         reserved: then no plan of the step meets the budget. The least budget of this graph
         with the reservation counted between its forward and backward would (the later graph
         runs within what this one then holds); the refusal may name the graph's floor, so
-        its least is found first."""
+        its least is found first. Where the last step ran this graph first, then others, each
+        once, the error names the least of that step (``_step_least``)."""
+        step = _LAST_STEP
+        if (len(step) > 1 and step[0] is self and len({id(g) for g in step}) == len(step)
+                and all(g.repeats == 1 for g in step)):
+            least, parts = _step_least(step, self, inputs)
+            if least > self.budget:
+                return _step_error(self.budget, len(step), least, parts, [refusal])
         _, least = self._least(inputs, refusal.least_bytes)  # a compile that will not run
         need = format_bytes(self._later()[0])
         later = (f"a later graph of the step needs {need} while this graph is held" if self.reserved[0] >= self.handed_back
@@ -335,6 +375,38 @@ class StepGraph:
                 need = refusal.least_bytes
         raise BudgetError(f"fxremat: no least budget after {_LEAST_PROBES} probes", None)
 
+    def _least_options(self, later: tuple[int, int]) -> Options:
+        """Its options at its least-memory plan (a fraction of 0.0), with ``later`` (need, kept)
+        between its forward and backward."""
+        budget = Budget(fraction=0.0, later_graphs=later[0], later_graphs_kept=later[1])
+        return dataclasses.replace(self.options, memory_budget=budget)
+
+    def _compile_least(self, inputs: list, later: tuple[int, int]) -> Callable:
+        """Compiled at its least-memory plan with ``later`` at its turn; the plan kept for
+        ``_least_plan``."""
+        self.plans_from = inspect.plan_count()
+        compiled = self._compile(self.gm, inputs, self._least_options(later))
+        plans = inspect.plans_since(self.plans_from)
+        self._known_least = (later, plans[-1]) if len(plans) == 1 else None
+        return compiled
+
+    def _least_plan(self, inputs: list, later: tuple[int, int]):
+        """Its least-memory plan with ``later`` (need, kept) between its forward and backward:
+        planned, not compiled (or the one it was compiled at)."""
+        known = self._known_least
+        if known is not None and known[0] == later:
+            return known[1]
+        options = self._least_options(later)
+        with planning_only():
+            try:
+                self._compile(self.gm, inputs, options)
+            except Exception as error:  # noqa: BLE001 - Planned, as AOTAutograd or Inductor passed it on
+                planned = wrapped(error, (Planned,))
+                if planned is None:
+                    raise
+                return planned.plan
+        raise AssertionError("fxremat bug: a compile under planning_only() compiled")
+
     # --- the ledger -------------------------------------------------------------------
 
     def _enter(self, outputs, inputs: set[int]) -> None:
@@ -353,6 +425,7 @@ class StepGraph:
         self.output_bytes = sum(storages.values())
         entry = next(_ENTRIES)
         _HELD[entry] = (self, self.saved_bytes + sum(storages.values()))
+        _STEP.append(self)
         # Left when its backward starts: a pre-hook. A post-hook (after the backward) makes
         # autograd's engine hold the backward's incoming gradients until it returns, where
         # the compiled backward would free each at its last use (torch 2.13; Hugging Face
@@ -384,6 +457,87 @@ def _leave(entry: int) -> None:  # returns None: a hook's value would replace th
     global _steps_ended
     if _HELD.pop(entry, None) is not None and not _HELD:
         _steps_ended += 1
+        _LAST_STEP[:] = _STEP
+        _STEP.clear()
+
+
+def _first_calls(caller: StepGraph, args) -> None:
+    """The first call of a step graph since graphs were compiled: those compiled since
+    (``_UNRUN``) are known together. DDPOptimizer compiles all its buckets before the first
+    runs, so the step's graphs are all there, in the order they run. Where one of them
+    refused the budget at its compile, the step's least budget is found (``_step_least``)
+    before anything runs, and every graph of the batch raises one ``BudgetError`` naming it
+    (not the refusing graph's own least, nor its floor: a user would need several tries)."""
+    graphs = [g for g in (ref() for ref in _UNRUN) if g is not None]
+    if not any(g is caller for g in graphs):
+        return
+    batch = [g for g in graphs if g.compile_id == caller.compile_id]
+    _UNRUN[:] = [weakref.ref(g) for g in graphs if g.compile_id != caller.compile_id]
+    refused = [g for g in batch if g.refusal is not None]
+    if not refused:
+        return
+    least, parts = _step_least(batch, caller, args)
+    # (A search within bytes can find less than the least-memory search: the refusal's least then.)
+    least = max([least] + [g.refusal.least_bytes for g in refused])
+    error = _step_error(caller.budget, len(batch), least, parts, [g.refusal for g in refused])
+    for graph in batch:
+        graph.step_refusal = error
+    raise error.with_traceback(None)
+
+
+def _step_error(budget: int, graphs: int, least: int, parts: list[tuple], refusals: list[BudgetError]) -> BudgetError:
+    """The error naming the step's least budget; ``parts``: ``_step_least``'s, ``refusals``:
+    the graphs' own."""
+    def turn(need: int, handed_back: bool) -> str:
+        return ("" if not need else f", {format_bytes(need)} counted between its forward and backward for "
+                + ("the gradients of its outputs, which the work after it hands back before its backward"
+                   if handed_back else "the graphs after it"))
+
+    if graphs > 1:
+        each = "; ".join(f"graph {graph_id} {format_bytes(peak)}{turn(need, handed)}"
+                         for graph_id, peak, need, handed in parts)
+        what = (f"its {graphs} graphs need at least {format_bytes(least)} together, each at its least-memory plan "
+                f"with what runs after it counted at its turn (last first: {each})")
+    else:
+        graph_id, peak, need, handed = parts[0]
+        what = f"the least-memory plan of graph {graph_id} needs {format_bytes(least)}{turn(need, handed)}"
+    error = BudgetError(f"fxremat: memory_budget={budget} bytes ({format_bytes(budget)}) is the step's, and {what}. "
+                        f"Allowed: a budget of at least {least} bytes ({format_bytes(least)}) for the step.", least)
+    floors = [r.floor_bytes for r in refusals if r.floor_bytes is not None]
+    error.floor_bytes = max(floors) if floors else None
+    return error
+
+
+def _step_least(batch: list[StepGraph], caller: StepGraph, args) -> tuple[int, list[str]]:
+    """The least budget of a step that runs ``batch`` in turn (each called once), and what each
+    graph's least-memory plan needs. From the last graph to the first: a graph's least-memory
+    plan with what the graphs after it need (their least) between its forward and backward and
+    what they keep to the step's end (their parameter gradients) after it: the first graph's
+    predicted peak is the step's least. The same accounting as the step's replans
+    (``StepGraph.reserve``), found at once, with nothing compiled."""
+    need = kept = 0
+    parts = []
+    for graph in reversed(batch):
+        inputs = list(args) if graph is caller else _traced_inputs(graph.gm)
+        later = (max(need, graph.handed_back), max(kept - _output_grad_bytes(graph.gm), 0))
+        plan = graph._least_plan(inputs, later)
+        parts.append((f"{plan.graph_id} ({plan.solver})", plan.predicted_peak_bytes, later[0], need < later[0]))
+        need, kept = plan.predicted_peak_bytes, plan.timeline.end_bytes or 0
+    return need, parts
+
+
+def _traced_inputs(gm: torch.fx.GraphModule) -> list:
+    """Dynamo's example values of ``gm``'s inputs (fake tensors): to plan it again when its own
+    inputs are not at hand, without keeping a step's tensors alive."""
+    return [n.meta.get("example_value", n.meta.get("val")) for n in gm.graph.find_nodes(op="placeholder")]
+
+
+def _output_grad_bytes(gm: torch.fx.GraphModule) -> int:
+    """The gradients of ``gm``'s outputs (``StepGraph.output_grad_bytes``), from Dynamo's
+    example values: known before it has run."""
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    values = [n.meta.get("example_value") for n in output.all_input_nodes] if output is not None else []
+    return sum(tensor_bytes(v) for v in values if isinstance(v, torch.Tensor) and v.requires_grad)
 
 
 def compiled_for_step(gm, example_inputs, options: Options, compile: Callable) -> Any:

@@ -39,12 +39,12 @@ def _batch(rank: int):
             torch.randn(*shape, generator=g, dtype=torch.float64))
 
 
-def _model():
+def _model(layers=4):
     torch.manual_seed(0)
-    return models.make_transformer(dim=BATCH["dim"], layers=4)[0].double()
+    return models.make_transformer(dim=BATCH["dim"], layers=layers)[0].double()
 
 
-def _worker(rank, world, port, folder, order, optimize_ddp, budget, cost_model="roofline", steps=1):
+def _worker(rank, world, port, folder, order, optimize_ddp, budget, cost_model="roofline", steps=1, layers=4):
     import fxremat
     from fxremat.measure import measure_peak_bytes
 
@@ -65,7 +65,7 @@ def _worker(rank, world, port, folder, order, optimize_ddp, budget, cost_model="
         order = order.removesuffix("+scratch")
     with _process_group(rank, world, port):
         torch._dynamo.config.optimize_ddp = optimize_ddp
-        model = _model()
+        model = _model(layers)
         options = {"compiler": "eager", "memory_budget": budget, "cost_model": cost_model}
         # bucket_cap_mb=1: DDP's first bucket is 1 MB; several buckets split the graph (DDPOptimizer)
         if order.startswith("fsdp2"):
@@ -85,21 +85,27 @@ def _worker(rank, world, port, folder, order, optimize_ddp, budget, cost_model="
         else:
             model = torch.compile(model, backend="fxremat", options=options)
             step = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
-        peaks = []
+        peaks, refused = [], None
         for i in range(steps):  # after the first, each step's peak measured (not a compiling one:
             for p in _parameters(step):  # the profiler around Dynamo's first compile can crash)
                 p.grad = None
-            if i == 0:
-                step(*_batch(rank)).backward()
-            else:
-                peaks.append(measure_peak_bytes(lambda: step(*_batch(rank)).backward())["peak_bytes"])
+            batch = _batch(rank)  # the step's inputs, which the budget does not count
+            try:
+                if i == 0:
+                    step(*batch).backward()
+                else:
+                    peaks.append(measure_peak_bytes(lambda: step(*batch).backward())["peak_bytes"])
+            except fxremat.BudgetError as error:
+                refused = {"least_bytes": error.least_bytes, "message": str(error), "step": i}
+                break
         plans = [{"graph_id": p.graph_id, "solver": p.solver, "saved": [d["name"] for d in p.saved],
                   "recomputed": [d["name"] for d in p.recomputed], "sequence": p.sequence,
                   "predicted_peak_bytes": p.predicted_peak_bytes, "budget_bytes": p.budget_bytes,
                   "replanned": p.notes.get("ranks"), "step": p.notes.get("step")}
                  for p in fxremat.inspect.plans()]
-        grads = [_full(p.grad).detach().clone() for p in _parameters(step)]
-        torch.save({"plans": plans, "grads": grads, "peaks": peaks}, os.path.join(folder, f"rank{rank}.pt"))
+        grads = [_full(p.grad).detach().clone() if p.grad is not None else None for p in _parameters(step)]
+        torch.save({"plans": plans, "grads": grads, "peaks": peaks, "refused": refused},
+                   os.path.join(folder, f"rank{rank}.pt"))
 
 
 @contextlib.contextmanager
@@ -132,8 +138,8 @@ def _parameters(step):
     return list(getattr(module, "_orig_mod", module).parameters())
 
 
-def _run(order, optimize_ddp, budget, cost_model="roofline", steps=1):
-    return _spawn(_worker, (order, optimize_ddp, budget, cost_model, steps),
+def _run(order, optimize_ddp, budget, cost_model="roofline", steps=1, layers=4):
+    return _spawn(_worker, (order, optimize_ddp, budget, cost_model, steps, layers),
                   f"run ({order}, optimize_ddp={optimize_ddp})")
 
 
@@ -197,9 +203,9 @@ def _read(path: str) -> str:
         return f"({error})"
 
 
-def _eager_grads():
+def _eager_grads(layers=4):
     """Single-process eager gradients of the mean of the two ranks' losses (DDP averages)."""
-    model = _model()
+    model = _model(layers)
     loss = sum(model(*_batch(rank)) for rank in range(2)) / 2
     loss.backward()
     return [p.grad for p in model.parameters()]
@@ -238,6 +244,29 @@ def test_ddp_buckets_share_the_step_budget():
     expected = _eager_grads()
     for rank in ranks:
         assert rank["peaks"][-1] <= budget, (rank["peaks"], budget)
+        worst = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-3)).item()
+                    for a, b in zip(rank["grads"], expected))
+        assert worst <= 1e-12, worst
+
+
+def test_ddp_buckets_name_the_steps_least_budget_in_one_error():
+    """DDPOptimizer compiles every bucket before the first runs. Under a budget no plan of
+    the step meets (1 byte), the first call raises one BudgetError naming the step's least
+    budget (each bucket at its least-memory plan with the buckets after it counted at its
+    turn), before anything runs, the same on both ranks. At that budget the step runs
+    (the buckets planned again within what the earlier ones hold, over a few steps) and
+    measures within it, with eager's gradients. Before, each bucket's refusal named the least
+    as far as it could see: a 1-byte budget took four errors on two buckets."""
+    refused = [rank["refused"] for rank in _run("ddp_then_compile", True, 1, layers=8)]
+    assert refused[0] is not None and refused[0]["step"] == 0 and refused[0] == refused[1]
+    least = refused[0]["least_bytes"]
+    assert "graphs need at least" in refused[0]["message"] and f"at least {least} bytes" in refused[0]["message"]
+    ranks = _run("ddp_then_compile", True, least, steps=6, layers=8)
+    assert ranks[0]["plans"] == ranks[1]["plans"] and len({p["graph_id"] for p in ranks[0]["plans"]}) >= 3
+    expected = _eager_grads(layers=8)
+    for rank in ranks:
+        assert rank["refused"] is None, rank["refused"]
+        assert rank["peaks"][-1] <= least, (rank["peaks"], least)
         worst = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-3)).item()
                     for a, b in zip(rank["grads"], expected))
         assert worst <= 1e-12, worst

@@ -198,6 +198,31 @@ def test_earlier_graphs_are_planned_again_to_leave_a_later_graph_its_least():
     assert _measured_step_peak(compiled, model, x) <= budget * 1.001
 
 
+def test_a_budget_under_a_graphs_floor_names_its_least_plan_in_one_error():
+    """A byte budget under a graph's floor: the step's error names the least-memory plan's
+    budget (not the floor, which would take a second try), and that budget is met."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[Block() for _ in range(BLOCKS)]).double()
+    x = torch.randn(BATCH, W, dtype=torch.double)
+    reference = copy.deepcopy(model)
+    reference(x).pow(2).mean().backward()
+    compiled = _compiled(model, 1)
+    with pytest.raises(fxremat.BudgetError) as error:
+        compiled(x).pow(2).mean().backward()
+    least, floor = error.value.least_bytes, error.value.floor_bytes
+    assert "least-memory plan" in str(error.value) and f"at least {least} bytes" in str(error.value)
+    assert floor is not None and least >= floor
+    with pytest.raises(fxremat.BudgetError):  # the same error at every call, nothing compiled again
+        compiled(x)
+    compiled = _compiled(model, least)
+    model.zero_grad(set_to_none=True)
+    compiled(x).pow(2).mean().backward()
+    _assert_grads(model, [p.grad for p in reference.parameters()])
+    assert fxremat.inspect.plans()[-1].predicted_peak_bytes <= least
+    model.zero_grad(set_to_none=True)
+    assert measure_peak_bytes(lambda: compiled(x).pow(2).mean().backward())["peak_bytes"] <= least * 1.001
+
+
 def test_the_ledger_holds_a_forward_until_its_backward_or_its_autograd_graph_is_gone():
     model, x, _ = _setup()
     compiled = _compiled(model, 100_000_000)
@@ -297,7 +322,7 @@ def test_a_loss_in_eager_code_after_the_compiled_model_is_left_its_gradient():
     with pytest.raises(fxremat.BudgetError) as error:
         F.cross_entropy(compiled(x), y).backward()
     message = str(error.value)
-    assert "the work after this graph hands back the gradients of its outputs" in message, message
+    assert "which the work after it hands back before its backward" in message, message
     least = error.value.least_bytes
     assert least is not None and plan.predicted_peak_bytes // 2 < least
     compiled = _compiled(model, least)
