@@ -241,8 +241,8 @@ def main(argv: list[str] | None = None) -> None:
 
     def run(spec):
         if spec["budget"] == "least":
-            # The 1-byte probe's error names the step's least budget as far as its first step
-            # knows; a step that then finds a later graph's need names a higher one: run that.
+            # The 1-byte probe's error names the step's least budget (one error since
+            # 2026-11-28; a further one, if any, is recorded in least_search): run that.
             job = run_job(dict(spec, budget=1, steps=1), world, args.timeout)
             tried = [(1, named_least(job))]
             while named_least(job) is not None and len(tried) < 4:

@@ -26,9 +26,13 @@ graph is planned within the budget less what the graphs before it hold (issue #2
   they then leave. From the next step on the step meets
   the budget, or, where no plan of the earlier graphs leaves ``N``, their replanning raises
   ``BudgetError`` naming a budget that works.
-- A graph planned before the graphs held beside it ran (DDPOptimizer compiles all its buckets
-  at once) finds at its call that the step is predicted over: it is planned again, within what
-  they leave, once the step has ended (a ``BudgetWarning`` says so).
+- **Graphs compiled together** (DDPOptimizer compiles all its buckets before the first runs,
+  each within the whole budget) whose plans together are predicted over the budget are planned
+  again at their first call, before any runs (``_plan_together``): first to last, each within
+  what the ones before it hold, with the least of the ones after it at its turn. A graph
+  planned before the graphs held beside it ran, otherwise, finds at its call that the step is
+  predicted over: it is planned again, within what they leave, once the step has ended (a
+  ``BudgetWarning`` says so).
 - **The step's least in one error.** A budget no plan of the step meets raises one
   ``BudgetError`` naming the step's least budget (``_step_least``): each graph at its
   least-memory plan with the least of the graphs after it counted at its turn, found from the
@@ -195,11 +199,13 @@ class StepGraph:
 
     # --- planning ---------------------------------------------------------------------
 
-    def _build(self, inputs: list, first: bool = False) -> None:
-        """Planned and compiled within the budget less what the step holds now. ``first``: at
-        its compile, where a refusal with nothing held is kept for its first call
+    def _build(self, inputs: list, first: bool = False, held_by: list | None = None) -> None:
+        """Planned and compiled within the budget less what the step holds now (``held_by``:
+        the (graph, bytes) held across it, the ledger's unless given). ``first``: at its
+        compile, where a refusal with nothing held is kept for its first call
         (``_first_calls``) instead of raised."""
-        held = held_bytes()
+        held_by = list(_HELD.values()) if held_by is None else held_by
+        held = sum(nbytes for _, nbytes in held_by)
         given = self.budget - held
         self.repeats = self.most_calls
         # The calls' inputs keep their shapes (a new shape is a new graph): counted once a plan.
@@ -225,7 +231,7 @@ class StepGraph:
             # across it leave it that from the next step.
             self.compiled, need = self._least(inputs, refusal.least_bytes)
             kept = max((p.timeline.end_bytes or 0 for p in inspect.plans_since(self.plans_from)), default=0)
-            for graph, _ in list(_HELD.values()):
+            for graph, _ in held_by:
                 graph.reserve(need, kept)
             self.stale_in = _steps_ended
             over = held + need - self.budget
@@ -261,7 +267,7 @@ class StepGraph:
         step = _LAST_STEP
         if (len(step) > 1 and step[0] is self and len({id(g) for g in step}) == len(step)
                 and all(g.repeats == 1 for g in step)):
-            least, parts = _step_least(step, self, inputs)
+            least, parts, _ = _step_least(step, self, inputs)
             if least > self.budget:
                 return _step_error(self.budget, len(step), least, parts, [refusal])
         _, least = self._least(inputs, refusal.least_bytes)  # a compile that will not run
@@ -475,14 +481,64 @@ def _first_calls(caller: StepGraph, args) -> None:
     _UNRUN[:] = [weakref.ref(g) for g in graphs if g.compile_id != caller.compile_id]
     refused = [g for g in batch if g.refusal is not None]
     if not refused:
+        if len(batch) > 1 and _predicted_over(batch):
+            _plan_together(batch, caller, args)
         return
-    least, parts = _step_least(batch, caller, args)
+    _refuse(batch, caller, args, [g.refusal for g in refused])
+
+
+def _refuse(batch: list[StepGraph], caller: StepGraph, args, refusals: list[BudgetError],
+            found: tuple | None = None) -> None:
+    """Raise the step's least for ``batch`` (``_step_least``, or ``found``, its answer), at
+    every call of its graphs."""
+    least, parts, _ = found or _step_least(batch, caller, args)
     # (A search within bytes can find less than the least-memory search: the refusal's least then.)
-    least = max([least] + [g.refusal.least_bytes for g in refused])
-    error = _step_error(caller.budget, len(batch), least, parts, [g.refusal for g in refused])
+    least = max([least] + [r.least_bytes for r in refusals if r.least_bytes is not None])
+    error = _step_error(caller.budget, len(batch), least, parts, refusals)
     for graph in batch:
         graph.step_refusal = error
     raise error.with_traceback(None)
+
+
+def _predicted_over(batch: list[StepGraph]) -> bool:
+    """Are graphs compiled together, run in turn, predicted over the step's budget: each one's
+    peak beside what the ones before it hold (their saved activations and outputs)?"""
+    held = 0
+    for graph in batch:
+        if held + graph.peak > graph.budget:
+            return True
+        held += graph.saved_bytes + _output_bytes(graph.gm)
+    return False
+
+
+def _plan_together(batch: list[StepGraph], caller: StepGraph, args) -> None:
+    """Graphs compiled together (DDPOptimizer's buckets), each planned within the whole budget,
+    whose plans together are predicted over it: planned again before the first runs. The
+    step's least (``_step_least``) is found first, and raised where it is over the budget.
+    Otherwise, first graph first, each is planned within what the ones before it hold (as
+    their plans predict), with the least of the graphs after it at its turn: the least plans
+    fit there, so every graph has a plan, and the earlier graphs take the slack. (The step's
+    replans would get there over its first steps, running them over the budget, and not
+    always: their reservations follow the order the graphs were found over.)"""
+    found = _step_least(batch, caller, args)
+    least, _, later = found
+    if least > caller.budget:
+        _refuse(batch, caller, args, [], found)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", BudgetWarning)  # said for the step as run, not this prediction
+        held_by = []
+        for graph, (need, kept) in zip(batch, later):
+            graph.reserved, graph.stale_in = (need, max(kept - _output_grad_bytes(graph.gm), 0)), None
+            graph._build(list(args) if graph is caller else _traced_inputs(graph.gm), held_by=held_by)
+            held_by.append((graph, graph.saved_bytes + _output_bytes(graph.gm)))
+
+
+def _output_bytes(gm: torch.fx.GraphModule) -> int:
+    """What ``gm``'s outputs (not its inputs) hold across the step, from Dynamo's example
+    values: known before it has run (``StepGraph._enter`` counts their storages once it has)."""
+    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
+    values = [n.meta.get("example_value") for n in output.all_input_nodes if n.op != "placeholder"] if output else []
+    return sum(tensor_bytes(v) for v in values if isinstance(v, torch.Tensor))
 
 
 def _step_error(budget: int, graphs: int, least: int, parts: list[tuple], refusals: list[BudgetError]) -> BudgetError:
@@ -508,22 +564,24 @@ def _step_error(budget: int, graphs: int, least: int, parts: list[tuple], refusa
     return error
 
 
-def _step_least(batch: list[StepGraph], caller: StepGraph, args) -> tuple[int, list[str]]:
-    """The least budget of a step that runs ``batch`` in turn (each called once), and what each
-    graph's least-memory plan needs. From the last graph to the first: a graph's least-memory
+def _step_least(batch: list[StepGraph], caller: StepGraph, args) -> tuple[int, list[tuple], list[tuple]]:
+    """The least budget of a step that runs ``batch`` in turn (each called once), what each
+    graph's least-memory plan needs (last first), and for each graph (in order) what the
+    graphs after it need at its turn at least and keep to the end (their least, their kept). From the last graph to the first: a graph's least-memory
     plan with what the graphs after it need (their least) between its forward and backward and
     what they keep to the step's end (their parameter gradients) after it: the first graph's
     predicted peak is the step's least. The same accounting as the step's replans
     (``StepGraph.reserve``), found at once, with nothing compiled."""
     need = kept = 0
-    parts = []
+    parts, needs = [], []
     for graph in reversed(batch):
+        needs.append((need, kept))
         inputs = list(args) if graph is caller else _traced_inputs(graph.gm)
         later = (max(need, graph.handed_back), max(kept - _output_grad_bytes(graph.gm), 0))
         plan = graph._least_plan(inputs, later)
         parts.append((f"{plan.graph_id} ({plan.solver})", plan.predicted_peak_bytes, later[0], need < later[0]))
         need, kept = plan.predicted_peak_bytes, plan.timeline.end_bytes or 0
-    return need, parts
+    return need, parts, needs[::-1]
 
 
 def _traced_inputs(gm: torch.fx.GraphModule) -> list:

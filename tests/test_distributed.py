@@ -230,9 +230,9 @@ def test_two_ranks_give_eager_gradients_and_the_same_plans(order, optimize_ddp):
 def test_ddp_buckets_share_the_step_budget():
     """DDPOptimizer splits the graph at bucket boundaries and compiles every bucket before the
     first runs, each planned within the whole byte budget. At a budget the unconstrained step
-    goes over, the first step finds the later bucket over (what the earlier one holds beside
-    it); it is planned again within what that leaves, and from then on each rank's step
-    measures within the budget, both ranks with the same plans and eager's gradients."""
+    goes over, their first call finds the later bucket over (what the earlier one holds beside
+    it); it is planned again within what that leaves, and each rank's step measures within the
+    budget, both ranks with the same plans and eager's gradients."""
     unconstrained = [p["predicted_peak_bytes"] for p in _run("ddp_then_compile", True, 100_000_000)[0]["plans"]]
     assert len(unconstrained) == 2  # two buckets, two graphs
     budget = unconstrained[1] + int(0.7 * unconstrained[0])
@@ -253,16 +253,22 @@ def test_ddp_buckets_name_the_steps_least_budget_in_one_error():
     """DDPOptimizer compiles every bucket before the first runs. Under a budget no plan of
     the step meets (1 byte), the first call raises one BudgetError naming the step's least
     budget (each bucket at its least-memory plan with the buckets after it counted at its
-    turn), before anything runs, the same on both ranks. At that budget the step runs
-    (the buckets planned again within what the earlier ones hold, over a few steps) and
-    measures within it, with eager's gradients. Before, each bucket's refusal named the least
-    as far as it could see: a 1-byte budget took four errors on two buckets."""
+    turn), before anything runs, the same on both ranks. Before, each bucket's refusal named
+    the least as far as it could see: a 1-byte budget took four errors on two buckets. At that
+    budget the buckets are planned together at their first call, each within what the earlier
+    ones hold with the later ones' least at its turn, and not again: the step measures within
+    the budget (from the third step: DDP builds its gradient buckets again in the second), with
+    eager's gradients."""
+    import collections
+
     refused = [rank["refused"] for rank in _run("ddp_then_compile", True, 1, layers=8)]
     assert refused[0] is not None and refused[0]["step"] == 0 and refused[0] == refused[1]
     least = refused[0]["least_bytes"]
     assert "graphs need at least" in refused[0]["message"] and f"at least {least} bytes" in refused[0]["message"]
-    ranks = _run("ddp_then_compile", True, least, steps=6, layers=8)
-    assert ranks[0]["plans"] == ranks[1]["plans"] and len({p["graph_id"] for p in ranks[0]["plans"]}) >= 3
+    ranks = _run("ddp_then_compile", True, least, steps=3, layers=8)
+    assert ranks[0]["plans"] == ranks[1]["plans"]
+    planned = collections.Counter(p["graph_id"] for p in ranks[0]["plans"])
+    assert len(planned) >= 3 and max(planned.values()) <= 2, planned  # at its compile, then with the others
     expected = _eager_grads(layers=8)
     for rank in ranks:
         assert rank["refused"] is None, rank["refused"]
