@@ -126,10 +126,10 @@ class StepGraph:
         _UNRUN.append(weakref.ref(self))
 
     def __call__(self, *args):
-        if _UNRUN and not _compat.traced_values(args):
-            _first_calls(self, args)
         if _compat.traced_values(args):
             return self.compiled(*args)
+        if _UNRUN:
+            _first_calls(self, args)
         if self.step_refusal is not None or self.refusal is not None:  # the step's least, or its own refusal
             raise (self.step_refusal or self.refusal).with_traceback(None)
         if self.stale_in is not None and _steps_ended > self.stale_in:
@@ -441,15 +441,10 @@ class StepGraph:
 
 
 def _handed_back_bytes(gm: torch.fx.GraphModule) -> int:
-    """The bytes of the gradients of ``gm``'s outputs that need one and are more than a scalar
-    (Dynamo's ``example_value``): the step's later work makes them before this graph's backward
-    can start, so they are alive at its turn, beside what it holds."""
-    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
-    if output is None:
-        return 0
-    values = [n.meta.get("example_value") for n in output.all_input_nodes]
-    return sum(tensor_bytes(v) for v in values
-               if isinstance(v, torch.Tensor) and v.requires_grad and v.numel() > 1)
+    """The bytes of the gradients of ``gm``'s outputs that need one and are more than a scalar:
+    the step's later work makes them before this graph's backward can start, so they are alive
+    at its turn, beside what it holds."""
+    return sum(tensor_bytes(v) for _, v in _outputs(gm) if v.requires_grad and v.numel() > 1)
 
 
 def _saved_beside_outputs(plans) -> int:
@@ -533,12 +528,19 @@ def _plan_together(batch: list[StepGraph], caller: StepGraph, args) -> None:
             held_by.append((graph, graph.saved_bytes + _output_bytes(graph.gm)))
 
 
-def _output_bytes(gm: torch.fx.GraphModule) -> int:
-    """What ``gm``'s outputs (not its inputs) hold across the step, from Dynamo's example
-    values: known before it has run (``StepGraph._enter`` counts their storages once it has)."""
+def _outputs(gm: torch.fx.GraphModule) -> list[tuple[bool, torch.Tensor]]:
+    """Dynamo's example values of ``gm``'s tensor outputs, each with whether it is an input of
+    ``gm``: what the step's accounting knows of its outputs before it has run."""
     output = next((n for n in gm.graph.nodes if n.op == "output"), None)
-    values = [n.meta.get("example_value") for n in output.all_input_nodes if n.op != "placeholder"] if output else []
-    return sum(tensor_bytes(v) for v in values if isinstance(v, torch.Tensor))
+    nodes = output.all_input_nodes if output is not None else []
+    return [(n.op == "placeholder", v) for n in nodes for v in [n.meta.get("example_value")]
+            if isinstance(v, torch.Tensor)]
+
+
+def _output_bytes(gm: torch.fx.GraphModule) -> int:
+    """What ``gm``'s outputs (not its inputs) hold across the step, before it has run
+    (``StepGraph._enter`` counts their storages once it has)."""
+    return sum(tensor_bytes(v) for is_input, v in _outputs(gm) if not is_input)
 
 
 def _step_error(budget: int, graphs: int, least: int, parts: list[tuple], refusals: list[BudgetError]) -> BudgetError:
@@ -565,13 +567,15 @@ def _step_error(budget: int, graphs: int, least: int, parts: list[tuple], refusa
 
 
 def _step_least(batch: list[StepGraph], caller: StepGraph, args) -> tuple[int, list[tuple], list[tuple]]:
-    """The least budget of a step that runs ``batch`` in turn (each called once), what each
-    graph's least-memory plan needs (last first), and for each graph (in order) what the
-    graphs after it need at its turn at least and keep to the end (their least, their kept). From the last graph to the first: a graph's least-memory
-    plan with what the graphs after it need (their least) between its forward and backward and
-    what they keep to the step's end (their parameter gradients) after it: the first graph's
-    predicted peak is the step's least. The same accounting as the step's replans
-    (``StepGraph.reserve``), found at once, with nothing compiled."""
+    """The least budget of a step that runs ``batch`` in turn (each called once); what each
+    graph's least-memory plan needs (``_step_error``'s parts, last first); and for each graph,
+    in order, what the graphs after it need at its turn at least and keep to the end.
+
+    From the last graph to the first: a graph's least-memory plan with what the graphs after it
+    need (their least) between its forward and backward, and what they keep to the step's end
+    (their parameter gradients) after it; the first graph's predicted peak is the step's least.
+    The step's replans account the same way (``StepGraph.reserve``); here it is found at once,
+    each plan made and not compiled (``_least_plan``)."""
     need = kept = 0
     parts, needs = [], []
     for graph in reversed(batch):
@@ -591,11 +595,8 @@ def _traced_inputs(gm: torch.fx.GraphModule) -> list:
 
 
 def _output_grad_bytes(gm: torch.fx.GraphModule) -> int:
-    """The gradients of ``gm``'s outputs (``StepGraph.output_grad_bytes``), from Dynamo's
-    example values: known before it has run."""
-    output = next((n for n in gm.graph.nodes if n.op == "output"), None)
-    values = [n.meta.get("example_value") for n in output.all_input_nodes] if output is not None else []
-    return sum(tensor_bytes(v) for v in values if isinstance(v, torch.Tensor) and v.requires_grad)
+    """The gradients of ``gm``'s outputs (``StepGraph.output_grad_bytes``), before it has run."""
+    return sum(tensor_bytes(v) for _, v in _outputs(gm) if v.requires_grad)
 
 
 def compiled_for_step(gm, example_inputs, options: Options, compile: Callable) -> Any:
