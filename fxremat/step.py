@@ -265,11 +265,11 @@ class StepGraph:
         its least is found first. Where the last step ran this graph first, then others, each
         once, the error names the least of that step (``_step_least``)."""
         step = _LAST_STEP
-        if (len(step) > 1 and step[0] is self and len({id(g) for g in step}) == len(step)
-                and all(g.repeats == 1 for g in step)):
+        runs = _runs(step)
+        if len(step) > 1 and step[0] is self and runs is not None and runs[0][1] == 1:
             least, parts, _ = _step_least(step, self, inputs)
             if least > self.budget:
-                return _step_error(self.budget, len(step), least, parts, [refusal])
+                return _step_error(self.budget, len(runs), least, parts, [refusal])
         _, least = self._least(inputs, refusal.least_bytes)  # a compile that will not run
         need = format_bytes(self._later()[0])
         later = (f"a later graph of the step needs {need} while this graph is held" if self.reserved[0] >= self.handed_back
@@ -412,6 +412,20 @@ class StepGraph:
                     raise
                 return planned.plan
         raise AssertionError("fxremat bug: a compile under planning_only() compiled")
+
+    def _least_for_calls(self, inputs: list, later: tuple[int, int], calls: int) -> tuple[int, int]:
+        """The least budget its ``calls`` calls in a row need together with ``later`` after the
+        last one, and what its plan keeps to the step's end: its calls share one plan, so
+        they are compiled as the step's replans would (``_compile_within``), not only planned."""
+        kept_state = (self.repeats, self.most_calls, self.reserved)
+        self.repeats = self.most_calls = calls
+        self.reserved = later
+        try:
+            _, least = self._least(inputs, 1)  # compiles that will not run
+            end = max((p.timeline.end_bytes or 0 for p in inspect.plans_since(self.plans_from)), default=0)
+        finally:
+            self.repeats, self.most_calls, self.reserved = kept_state
+        return least, end
 
     # --- the ledger -------------------------------------------------------------------
 
@@ -567,7 +581,8 @@ def _step_error(budget: int, graphs: int, least: int, parts: list[tuple], refusa
 
 
 def _step_least(batch: list[StepGraph], caller: StepGraph, args) -> tuple[int, list[tuple], list[tuple]]:
-    """The least budget of a step that runs ``batch`` in turn (each called once); what each
+    """The least budget of a step that runs ``batch`` in turn (a graph called several times in a
+    row counted as its calls together, ``_least_for_calls``); what each
     graph's least-memory plan needs (``_step_error``'s parts, last first); and for each graph,
     in order, what the graphs after it need at its turn at least and keep to the end.
 
@@ -578,14 +593,34 @@ def _step_least(batch: list[StepGraph], caller: StepGraph, args) -> tuple[int, l
     each plan made and not compiled (``_least_plan``)."""
     need = kept = 0
     parts, needs = [], []
-    for graph in reversed(batch):
+    for graph, calls in reversed(_runs(batch)):
         needs.append((need, kept))
         inputs = list(args) if graph is caller else _traced_inputs(graph.gm)
         later = (max(need, graph.handed_back), max(kept - _output_grad_bytes(graph.gm), 0))
-        plan = graph._least_plan(inputs, later)
-        parts.append((f"{plan.graph_id} ({plan.solver})", plan.predicted_peak_bytes, later[0], need < later[0]))
-        need, kept = plan.predicted_peak_bytes, plan.timeline.end_bytes or 0
+        if calls == 1:
+            plan = graph._least_plan(inputs, later)
+            least, end = plan.predicted_peak_bytes, plan.timeline.end_bytes or 0
+            name = f"{plan.graph_id} ({plan.solver})"
+        else:
+            least, end = graph._least_for_calls(inputs, later, calls)
+            name = f"{graph.graph_ids} (called {calls} times in a row)"
+        parts.append((name, least, later[0], need < later[0]))
+        need, kept = least, end
     return need, parts, needs[::-1]
+
+
+def _runs(graphs: list[StepGraph]) -> list[tuple[StepGraph, int]] | None:
+    """``graphs`` as runs of calls of one graph, in order ((graph, calls)); None when a graph's
+    calls are not all in one run (its calls then share a plan across other graphs' turns)."""
+    runs: list[tuple[StepGraph, int]] = []
+    for graph in graphs:
+        if runs and runs[-1][0] is graph:
+            runs[-1] = (graph, runs[-1][1] + 1)
+        elif any(g is graph for g, _ in runs):
+            return None
+        else:
+            runs.append((graph, 1))
+    return runs
 
 
 def _traced_inputs(gm: torch.fx.GraphModule) -> list:

@@ -306,6 +306,28 @@ def test_too_many_calls_for_the_budget_raise_naming_a_budget_that_fits():
     assert _measured_step_peak(model, model, x) <= least * 1.001
 
 
+def test_a_graph_called_per_block_is_counted_as_its_calls_in_the_steps_least():
+    """Blocks compiled one by one (the first block's graph, then one graph for the others,
+    called once per block). At 1 byte the first error can know only the first graph; the next
+    names the step's least with the repeated graph's calls counted together, and the step
+    then fits it."""
+    model, x, _ = _blocks(1)
+    with pytest.raises(fxremat.BudgetError) as error:
+        _step(model, model, x)
+    first = error.value.least_bytes
+    model, x, _ = _blocks(first)
+    with pytest.raises(fxremat.BudgetError) as error:
+        for _ in range(4):
+            _step(model, model, x)
+    assert f"called {BLOCKS + 1} times in a row" in str(error.value), str(error.value)
+    least = error.value.least_bytes
+    assert least > first
+    model, x, eager_grads = _blocks(least)
+    _settled(model, x)
+    _assert_grads(model, eager_grads)
+    assert _measured_step_peak(model, model, x) <= least * 1.001
+
+
 def test_a_loss_in_eager_code_after_the_compiled_model_is_left_its_gradient():
     """One compiled graph returning logits, the loss computed eagerly after it: the logits'
     gradient exists at the graph's turn, so it is counted there, and a budget that cannot
