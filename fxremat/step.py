@@ -40,8 +40,10 @@ graph is planned within the budget less what the graphs before it hold (issue #2
   graph refused at its compile with nothing held (below its floor, or its least) keeps its
   refusal for its first call, when every graph compiled with it is known (DDPOptimizer's
   buckets, in the order they run); a replan that cannot leave the later graphs their need
-  names the least of the graphs its last step ran (the step then fits at the budget named:
-  ``tests/test_distributed.py``, ``tests/test_step_budget.py``).
+  names the least of the graphs its last step ran, a graph called several times in a row
+  counted as its calls together (the step then fits at the budget named:
+  ``tests/test_distributed.py``, ``tests/test_step_budget.py``). Graphs compiled one after
+  another (a graph break) can take two errors: the first knows only the graphs compiled so far.
 - **A graph called more than once in a step** (one compiled block run for every block, as
   with FSDP2's per-block compiles) finds its own earlier calls held: ``k`` calls hold ``k - 1``
   times what one call holds (saved activations and outputs) while the last one runs. Its calls
