@@ -404,7 +404,7 @@ class StepGraph:
         known = self._known_least
         if known is not None and known[0] == later:
             return known[1]
-        options = self._least_options(later)
+        options = dataclasses.replace(self._least_options(later), debug_dir=None)  # no files, no report sweep
         with planning_only():
             try:
                 self._compile(self.gm, inputs, options)
