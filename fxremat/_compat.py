@@ -848,6 +848,17 @@ def compile_id() -> str | None:
     return None if found is None else str(found)
 
 
+def splitting_for_ddp() -> bool:
+    """Is Dynamo's DDPOptimizer compiling its buckets now? It runs each bucket it has compiled
+    on fake tensors, for the next bucket's inputs. True where this torch does not tell."""
+    try:
+        from torch._guards import TracingContext
+    except ImportError:
+        return True
+    context = TracingContext.try_get()
+    return context is not None and getattr(context, "ddp_optimizer_ctx", True) is not None
+
+
 def traced_values(args) -> bool:
     """Whether a compiled graph is called on fake values (traced, not run): DDPOptimizer
     propagates fake tensors through the buckets it has compiled."""

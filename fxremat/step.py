@@ -128,9 +128,10 @@ class StepGraph:
         _UNRUN.append(weakref.ref(self))
 
     def __call__(self, *args):
-        if _compat.traced_values(args):
+        traced = _compat.traced_values(args)
+        if traced and self.compiled is not None:
             return self.compiled(*args)
-        if _UNRUN:
+        if _UNRUN and not traced:
             _first_calls(self, args)
         if self.step_refusal is not None or self.refusal is not None:  # the step's least, or its own refusal
             raise (self.step_refusal or self.refusal).with_traceback(None)
@@ -220,11 +221,13 @@ class StepGraph:
             refusal = fxremat_error(error)
             if not isinstance(refusal, BudgetError) or held == 0 or refusal.least_bytes is None:
                 if first and isinstance(refusal, BudgetError) and held == 0:
-                    # Its calls raise the step's least (``_first_calls``). Compiled meanwhile at
-                    # its least-memory plan: DDPOptimizer runs each bucket it compiles on fake
-                    # tensors, for the next one's inputs (and wants its AOTAutograd metadata).
+                    # Its calls raise the step's least (``_first_calls``). Under DDPOptimizer,
+                    # compiled meanwhile at its least-memory plan: DDPOptimizer runs each bucket
+                    # it compiles on fake tensors, for the next one's inputs (and wants its
+                    # AOTAutograd metadata). Elsewhere no code is made for it.
                     self.refusal = refusal
-                    self.compiled = self._compile_least(inputs, self._later())
+                    self.compiled = (self._compile_least(inputs, self._later()) if _compat.splitting_for_ddp()
+                                     else None)
                     return
                 if isinstance(refusal, BudgetError) and any(self._later()) and refusal.least_bytes is not None:
                     raise self._cannot_leave(refusal, inputs) from None
@@ -575,8 +578,13 @@ def _step_error(budget: int, graphs: int, least: int, parts: list[tuple], refusa
     else:
         graph_id, peak, need, handed = parts[0]
         what = f"the least-memory plan of graph {graph_id} needs {format_bytes(least)}{turn(need, handed)}"
-    error = BudgetError(f"fxremat: memory_budget={budget} bytes ({format_bytes(budget)}) is the step's, and {what}. "
-                        f"Allowed: a budget of at least {least} bytes ({format_bytes(least)}) for the step.", least)
+    # A graph's own refusal within the budget says what its solver could not do (solver='mincut'
+    # recomputes nothing further, ...); one under the floor says no more than the floor.
+    own = next((str(r) for r in refusals if r.floor_bytes is None or r.least_bytes != r.floor_bytes), None)
+    error = BudgetError(f"fxremat: memory_budget={budget} bytes ({format_bytes(budget)}) is the step's, below its "
+                        f"minimum feasible budget: {what}. Allowed: a budget of at least {least} bytes "
+                        f"({format_bytes(least)}) for the step." + (f" (The graph's own refusal: {own})" if own else ""),
+                        least)
     floors = [r.floor_bytes for r in refusals if r.floor_bytes is not None]
     error.floor_bytes = max(floors) if floors else None
     return error
@@ -602,7 +610,7 @@ def _step_least(batch: list[StepGraph], caller: StepGraph, args) -> tuple[int, l
         if calls == 1:
             plan = graph._least_plan(inputs, later)
             least, end = plan.predicted_peak_bytes, plan.timeline.end_bytes or 0
-            name = f"{plan.graph_id} ({plan.solver})"
+            name = f"{plan.graph_id} ({plan.solver}" + (f", {plan.stages} stages)" if plan.stages else ")")
         else:
             least, end = graph._least_for_calls(inputs, later, calls)
             name = f"{graph.graph_ids} (called {calls} times in a row)"

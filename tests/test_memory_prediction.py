@@ -193,7 +193,7 @@ def test_a_recomputed_concatenation_read_by_convolutions_is_counted_as_inductor_
     with pytest.raises(fxremat.BudgetError) as refused:  # planning only: the error names the least plan's budget
         torch.compile(model, backend="fxremat", options={"memory_budget": 1, "solver": "twremat"})(x, y)
     least = refused.value.least_bytes
-    assert least and "(twremat)" in str(refused.value)
+    assert least and "(twremat" in str(refused.value)
     torch._dynamo.reset()
     fxremat.inspect.clear()
     compiled = torch.compile(model, backend="fxremat", options={"memory_budget": least, "solver": "twremat"})

@@ -41,7 +41,7 @@ def _least_rotor_plan(monkeypatch, weigh_memory: bool) -> tuple[int, int]:
             break
         budget = int(message.split("at least ")[1].split(" bytes")[0])
     assert "minimum feasible budget" in message
-    stages = int(re.search(r"\((\d+) stages\)", message).group(1))
+    stages = int(re.search(r"[(,] ?(\d+) stages\)", message).group(1))
     least = int(message.split("at least ")[1].split(" bytes")[0])
     return stages, least
 
