@@ -432,6 +432,11 @@ class StepGraph:
             self.repeats, self.most_calls, self.reserved = kept_state
         return least, end
 
+    def predicted_hold(self) -> int:
+        """What a call holds across the step (its saved activations and outputs), as its plan
+        predicts before it has run (``_enter`` counts the outputs' storages once it has)."""
+        return self.saved_bytes + _output_bytes(self.gm)
+
     # --- the ledger -------------------------------------------------------------------
 
     def _enter(self, outputs, inputs: set[int]) -> None:
@@ -521,7 +526,7 @@ def _predicted_over(batch: list[StepGraph]) -> bool:
     for graph in batch:
         if held + graph.peak > graph.budget:
             return True
-        held += graph.saved_bytes + _output_bytes(graph.gm)
+        held += graph.predicted_hold()
     return False
 
 
@@ -544,7 +549,7 @@ def _plan_together(batch: list[StepGraph], caller: StepGraph, args) -> None:
         for graph, (need, kept) in zip(batch, later):
             graph.reserved, graph.stale_in = (need, max(kept - _output_grad_bytes(graph.gm), 0)), None
             graph._build(list(args) if graph is caller else _traced_inputs(graph.gm), held_by=held_by)
-            held_by.append((graph, graph.saved_bytes + _output_bytes(graph.gm)))
+            held_by.append((graph, graph.predicted_hold()))
 
 
 def _outputs(gm: torch.fx.GraphModule) -> list[tuple[bool, torch.Tensor]]:
