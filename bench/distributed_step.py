@@ -16,8 +16,10 @@ Each rank runs ``--steps`` steps (the first compiles; a later one may plan again
 budget does) in float64. The peak of each step after the first is measured above what was
 allocated before it: ``torch.cuda.max_memory_allocated`` on CUDA, the profiler's memory events
 on a CPU (``fxremat.measure.measure_peak_bytes``). What a budget counts per rank
-(``docs/distributed.md``): not the parameters FSDP2 all-gathers (the graph's inputs) nor DDP's
-buckets, so under FSDP2 the measured rise also holds the unsharded parameters
+(``docs/distributed.md``): not what FSDP2 allocates itself (the parameters it all-gathers, the
+graph's inputs; its reduce-scatter buffers and sharded gradients) nor DDP's buckets. On a CPU the
+profiler tells FSDP2's allocations apart by their scopes (``measure.FSDP2_OWN``): ``peaks`` leaves
+them out, ``all_peaks`` counts everything; on CUDA ``max_memory_allocated`` holds them all
 (``parameter_bytes`` is written beside it). Writes ``DIR/distributed_step.json``.
 """
 
@@ -68,7 +70,7 @@ def _rank(rank: int, world: int, port: int, folder: str, spec: dict) -> None:
     import torch.distributed as dist
 
     import fxremat
-    from fxremat.measure import measure_peak_bytes
+    from fxremat.measure import FSDP2_OWN, measure_peak_bytes
     from plan_records import least_budget
 
     device = spec["device"]
@@ -116,7 +118,7 @@ def _rank(rank: int, world: int, port: int, folder: str, spec: dict) -> None:
         def one_step():
             step(*batch).backward()
 
-        row["peaks"] = []
+        row["peaks"], row["all_peaks"] = [], []
         for i in range(spec["steps"]):
             for p in _parameters(step):
                 p.grad = None
@@ -126,14 +128,16 @@ def _rank(rank: int, world: int, port: int, folder: str, spec: dict) -> None:
                 before = torch.cuda.memory_allocated()
                 one_step()
                 torch.cuda.synchronize()
-                peak = torch.cuda.max_memory_allocated() - before
+                peak = every = torch.cuda.max_memory_allocated() - before
             elif i == 0:  # the profiler around Dynamo's first compile can crash
                 one_step()
-                peak = None
+                peak = every = None
             else:
-                peak = measure_peak_bytes(one_step)["peak_bytes"]
+                measured = measure_peak_bytes(one_step, FSDP2_OWN)
+                peak, every = measured["peak_bytes"], measured["all_peak_bytes"]
             if i:
                 row["peaks"].append(peak)
+                row["all_peaks"].append(every)
         grads = [g.full_tensor() if hasattr(g, "full_tensor") else g for g in (p.grad for p in _parameters(step))]
         row["grad_max_rel_error"] = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-3)).item()
                                         for a, b in zip(grads, expected))
@@ -195,7 +199,8 @@ def summarize(job: dict) -> dict:
     keys = [[(p["solver"], p["saved"], p["sequence"], p["predicted_peak_bytes"], p["budget_bytes"])
              for p in r["plans"]] for r in ranks]
     budget = job["budget"]
-    last = [r["peaks"][-1] for r in ranks if r.get("peaks")]
+    last = [r["peaks"][-1] for r in ranks if r.get("peaks")]  # FSDP2's own allocations left out (CPU)
+    last_all = [r["all_peaks"][-1] for r in ranks if r.get("all_peaks")]
     # each graph's last plan: its predicted peak with what the earlier graphs hold beside it
     last_plans = {p["graph_id"]: p for p in ranks[0]["plans"]}.values() if ranks else []
     step_predicted = max(((p["step"] or {}).get("held_by_earlier_graphs_bytes", 0) + p["predicted_peak_bytes"]
@@ -206,6 +211,7 @@ def summarize(job: dict) -> dict:
             "graphs": len({p["graph_id"] for p in ranks[0]["plans"]}) if ranks else 0,
             "grad_max_rel_error": max((r.get("grad_max_rel_error", float("nan")) for r in ranks), default=None),
             "measured_peak_bytes": max(last) if last else None,
+            "measured_all_peak_bytes": max(last_all) if last_all else None,
             "predicted_step_peak_bytes": step_predicted,
             "within_budget": (max(last) <= budget) if last and isinstance(budget, int) else None,
             "parameter_bytes": ranks[0].get("parameter_bytes") if ranks else None, "wall_s": job["wall_s"]}

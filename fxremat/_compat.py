@@ -445,21 +445,25 @@ def autograd_cache_disabled():
 # --- Profiler -------------------------------------------------------------------
 
 
-def cpu_allocation_events(prof) -> list[tuple[int, int, int]]:
+def cpu_allocation_events(prof, not_counted: tuple[str, ...] = ()) -> list[tuple[int, int, int]]:
     """``(start_ns, address, bytes)`` of every CPU allocation (bytes > 0) and free
     (bytes < 0) that a stopped ``torch.profiler.profile(profile_memory=True)``
     recorded, walked in the profiler's event-tree order. The public
     ``prof.events()`` has no addresses, and lists as ``"[memory]"`` only the events
-    outside every operator."""
+    outside every operator. Allocations inside a scope (an operator or
+    ``record_function``) whose name starts with one of ``not_counted`` are left out; frees
+    are all kept (a free of a block left out is one of an unknown block)."""
     from torch._C._profiler import _EventType
 
-    def walk(nodes):
+    def walk(nodes, inside: bool):
         for node in nodes:
-            if node.tag == _EventType.Allocation and node.extra_fields.device.type == "cpu":
-                yield node.start_time_ns, node.extra_fields.ptr, node.extra_fields.alloc_size
-            yield from walk(node.children)
+            if node.tag == _EventType.Allocation:
+                if node.extra_fields.device.type == "cpu" and not (inside and node.extra_fields.alloc_size > 0):
+                    yield node.start_time_ns, node.extra_fields.ptr, node.extra_fields.alloc_size
+                continue
+            yield from walk(node.children, inside or (bool(not_counted) and node.name.startswith(not_counted)))
 
-    return list(walk(prof.profiler.kineto_results.experimental_event_tree()))
+    return list(walk(prof.profiler.kineto_results.experimental_event_tree(), False))
 
 
 # --- Inductor scheduler: keep fusion inside a recomputation segment -------------

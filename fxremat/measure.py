@@ -23,9 +23,19 @@ from torch.profiler import ProfilerActivity, profile
 from . import _compat
 
 
-def measure_peak_bytes(step_fn: Callable[[], Any]) -> dict[str, int]:
+# What FSDP2 (``fully_shard``) allocates itself, in its profiler scopes ("FSDP::pre_forward",
+# "FSDP::all_gather", "FSDP::post_backward_reduce", ...): the all-gathered parameters, the
+# reduce-scatter buffers, the sharded gradients. A budget does not count them (the gathered
+# parameters are a compiled graph's inputs; docs/distributed.md, "What a budget counts, per rank").
+FSDP2_OWN = ("FSDP::",)
+
+
+def measure_peak_bytes(step_fn: Callable[[], Any], not_counted: tuple[str, ...] = ()) -> dict[str, int]:
     """Run ``step_fn()`` once under the profiler; return the peak and the final bytes
     allocated by it, above what was live when it started.
+
+    ``not_counted``: profiler scope names (prefixes, e.g. ``FSDP2_OWN``) whose allocations are
+    left out of ``peak_bytes`` and ``end_bytes``; ``all_peak_bytes`` is then the peak with them.
 
     Method: the profiler (``profile_memory=True``) records the CPU allocations and
     frees made through c10's CPU allocator, with address and size. The events are
@@ -58,9 +68,13 @@ def measure_peak_bytes(step_fn: Callable[[], Any]) -> dict[str, int]:
         with _quiet_fd2():
             prof.stop()
     del result
-    events = sorted(_compat.cpu_allocation_events(prof), key=lambda e: e[0])  # stable sort
+    events = sorted(_compat.cpu_allocation_events(prof, tuple(not_counted)), key=lambda e: e[0])  # stable sort
     curve = replay([(ptr, size) for _, ptr, size in events])
-    return {"peak_bytes": max(curve, default=0), "end_bytes": curve[-1] if curve else 0}
+    measured = {"peak_bytes": max(curve, default=0), "end_bytes": curve[-1] if curve else 0}
+    if not_counted:
+        every = replay([(ptr, size) for _, ptr, size in sorted(_compat.cpu_allocation_events(prof), key=lambda e: e[0])])
+        measured["all_peak_bytes"] = max(every, default=0)
+    return measured
 
 
 def replay(events: Iterable[tuple[int, int]]) -> list[int]:

@@ -56,6 +56,21 @@ def test_peak_ignores_frees_of_memory_from_an_earlier_profile():
     assert measure_peak_bytes(second) == {"peak_bytes": MB, "end_bytes": MB}
 
 
+def test_allocations_in_a_scope_not_counted_are_left_out_and_their_frees_ignored():
+    # FSDP2's own allocations (all-gathered parameters) sit in its "FSDP::" profiler scopes;
+    # a block allocated outside them and freed inside one still leaves the total.
+    def step():
+        with torch.profiler.record_function("FSDP::pre_forward (blocks.0)"):
+            gathered = empty(4 * MB)
+        a = empty(2 * MB)  # 6 MB live with the gathered block, 2 MB counted
+        with torch.profiler.record_function("FSDP::post_backward_reduce (blocks.0)"):
+            del a, gathered
+            b = empty(MB)
+        return empty(MB), b
+
+    assert measure_peak_bytes(step, ("FSDP::",)) == {"peak_bytes": 2 * MB, "end_bytes": MB, "all_peak_bytes": 6 * MB}
+
+
 def test_saved_bytes_excludes_inputs():
     x = torch.randn(100, 100, requires_grad=True)
     w = torch.randn(100, 100, requires_grad=True)
