@@ -883,3 +883,31 @@ def register_backend(name: str, compiler_fn) -> None:
     if name in registry._COMPILER_FNS or registry._BACKENDS.get(name) is not None:
         return
     registry.register_backend(compiler_fn=compiler_fn, name=name)
+
+
+# --- FSDP2 -----------------------------------------------------------------------
+
+
+def fsdp2_parameters_reduced_after_backward() -> set[int]:
+    """The ids of the unsharded parameters of every FSDP2 (``fully_shard``) module but the
+    roots: FSDP2 reduce-scatters their gradients right after the module's backward and frees
+    the unsharded ones (a root's are reduced at the end of the whole backward). Empty without
+    FSDP2. Read from the composable-state registry (private, torch >= 2.4; checked on 2.13).
+    Assumed: a non-root module's inputs need gradients (FSDP2 hooks its post-backward to
+    them; otherwise it reduces at the end of the backward too, and the step under-counts)."""
+    try:
+        from torch.distributed._composable_state import _module_state_mapping
+        from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
+    except ImportError:
+        return set()
+    found = set()
+    for ref in list(_module_state_mapping.values()):
+        state = ref()
+        group = getattr(state, "_fsdp_param_group", None) if isinstance(state, FSDPState) else None
+        if group is None or getattr(state, "_is_root", False):
+            continue
+        for fsdp_param in group.fsdp_params:
+            unsharded = getattr(fsdp_param, "_unsharded_param", None)
+            if unsharded is not None:
+                found.add(id(unsharded))
+    return found

@@ -115,6 +115,7 @@ class StepGraph:
         self.output_grad_bytes = 0  # the gradients of its outputs: its backward's incoming gradients
         self.output_bytes = 0  # its outputs' storages (not its inputs'), held across the step
         self.parameter_grad_bytes = 0  # the gradients of the parameters it is called with, kept to the end
+        self.reduced_grad_bytes = 0  # those FSDP2 reduce-scatters and frees after its backward instead
         # Calls per step: the plan counts ``repeats`` calls; ``calls`` were made in step ``calls_in``.
         self.repeats, self.most_calls, self.calls, self.calls_in = 1, 1, 0, None
         self.plans_from = 0  # inspect.plan_count() before the compile whose plans are this graph's
@@ -212,8 +213,13 @@ class StepGraph:
         given = self.budget - held
         self.repeats = self.most_calls
         # The calls' inputs keep their shapes (a new shape is a new graph): counted once a plan.
-        self.parameter_grad_bytes = sum(tensor_bytes(t) for t in inputs
-                                        if isinstance(t, torch.nn.Parameter) and t.requires_grad)
+        # FSDP2 reduce-scatters a block's gradients after its backward and frees the unsharded
+        # ones: those are not kept to the step's end (the sharded ones are FSDP2's own).
+        reduced = _compat.fsdp2_parameters_reduced_after_backward()
+        grads = [(tensor_bytes(t), id(t) in reduced) for t in inputs
+                 if isinstance(t, torch.nn.Parameter) and t.requires_grad]
+        self.parameter_grad_bytes = sum(nbytes for nbytes, freed in grads if not freed)
+        self.reduced_grad_bytes = sum(nbytes for nbytes, freed in grads if freed)
         try:
             self.compiled = self._compile_within(inputs, given)
             over = None
@@ -235,7 +241,7 @@ class StepGraph:
             # A later graph of the step: it takes its least plan now, and the graphs held
             # across it leave it that from the next step.
             self.compiled, need = self._least(inputs, refusal.least_bytes)
-            kept = max((p.timeline.end_bytes or 0 for p in inspect.plans_since(self.plans_from)), default=0)
+            kept = self._kept(inspect.plans_since(self.plans_from))
             for graph, _ in held_by:
                 graph.reserve(need, kept)
             self.stale_in = _steps_ended
@@ -427,10 +433,16 @@ class StepGraph:
         self.reserved = later
         try:
             _, least = self._least(inputs, 1)  # compiles that will not run
-            end = max((p.timeline.end_bytes or 0 for p in inspect.plans_since(self.plans_from)), default=0)
+            end = self._kept(inspect.plans_since(self.plans_from))
         finally:
             self.repeats, self.most_calls, self.reserved = kept_state
         return least, end
+
+    def _kept(self, plans) -> int:
+        """What its ``plans`` keep from its backward to the step's end: what their timelines
+        end with, less the gradients FSDP2 frees after its backward (``reduced_grad_bytes``)."""
+        end = max((p.timeline.end_bytes or 0 for p in plans), default=0)
+        return max(end - self.reduced_grad_bytes, 0)
 
     def predicted_hold(self) -> int:
         """What a call holds across the step (its saved activations and outputs), as its plan
@@ -614,7 +626,7 @@ def _step_least(batch: list[StepGraph], caller: StepGraph, args) -> tuple[int, l
         later = (max(need, graph.handed_back), max(kept - _output_grad_bytes(graph.gm), 0))
         if calls == 1:
             plan = graph._least_plan(inputs, later)
-            least, end = plan.predicted_peak_bytes, plan.timeline.end_bytes or 0
+            least, end = plan.predicted_peak_bytes, graph._kept([plan])
             name = f"{plan.graph_id} ({plan.solver}" + (f", {plan.stages} stages)" if plan.stages else ")")
         else:
             least, end = graph._least_for_calls(inputs, later, calls)
