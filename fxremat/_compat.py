@@ -445,6 +445,25 @@ def autograd_cache_disabled():
 # --- Profiler -------------------------------------------------------------------
 
 
+def partition_context() -> Callable[[], contextlib.AbstractContextManager]:
+    """The contexts a partition runs in, to enter again later: Dynamo's tracing context (dead
+    code elimination drops unread random ops inside it: ``dead_code_elimination_keeps_random``)
+    and Inductor's config as it is now (its store-or-inline thresholds, ``force_pointwise_cat``,
+    ``fallback_random`` and a compile's patches, which the timeline reads)."""
+    import torch._inductor.config as inductor_config
+
+    tracing = torch._guards.TracingContext.try_get()
+    config = inductor_config.get_config_copy()
+
+    @contextlib.contextmanager
+    def entered():
+        with (torch._guards.tracing(tracing) if tracing is not None else contextlib.nullcontext()), \
+                inductor_config.patch(config):
+            yield
+
+    return entered
+
+
 def cpu_allocation_events(prof, not_counted: tuple[str, ...] = ()) -> list[tuple[int, int, int]]:
     """``(start_ns, address, bytes)`` of every CPU allocation (bytes > 0) and free
     (bytes < 0) that a stopped ``torch.profiler.profile(profile_memory=True)``

@@ -18,7 +18,7 @@ from . import _compat, dynamic, inspect, ranks, step
 from .options import Options
 from .partition import partition
 from .candidate import log
-from .plans import BudgetWarning, Planned, fxremat_error, planning_only_active
+from .plans import BudgetWarning, Planned, fxremat_error, joint_keeper, planning_only_active
 from .sizes import symbolic_dims
 
 
@@ -44,6 +44,9 @@ class FxrematPartitioner(_compat.CustomPartitionerFn):
         self.planning_only = planning_only  # stop once planned (``plans.planning_only``)
 
     def __call__(self, gm: fx.GraphModule, joint_inputs, **kwargs: Any):
+        keep = joint_keeper()
+        if keep is not None:
+            keep(_replanner(gm, joint_inputs, kwargs))
         fwd, bwd, plan = partition(gm, joint_inputs, options=self.options, **kwargs)
         if self.planning_only:
             raise Planned(plan)
@@ -60,6 +63,20 @@ class FxrematPartitioner(_compat.CustomPartitionerFn):
         if self.options.debug_dir is not None or not self.cacheable:
             return None
         return hashlib.sha256((_source_hash() + self.options.cache_key()).encode()).hexdigest()
+
+
+def _replanner(joint: fx.GraphModule, joint_inputs, kwargs: dict):
+    """``replan(options) -> Plan``: the joint graph planned again under ``options``, in the
+    contexts of this partition (``_compat.partition_context``), without tracing it again.
+    Planning a joint graph twice plans the same: its clean-up (``joint.prepare``) removes dead
+    code in place, which a second time finds none, and plans a copy."""
+    entered = _compat.partition_context()
+
+    def replan(options: Options):
+        with entered():
+            return partition(joint, joint_inputs, options=options, **kwargs)[2]
+
+    return replan
 
 
 def _report(plan, folder: str, debug_dir: str) -> None:

@@ -7,7 +7,7 @@ import contextlib
 import contextvars
 import dataclasses
 import hashlib
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch.fx as fx
 
@@ -55,6 +55,24 @@ def planning_only() -> Iterator[None]:
 
 def planning_only_active() -> bool:
     return _PLANNING_ONLY.get()
+
+
+_JOINT_KEEPER: contextvars.ContextVar[Callable | None] = contextvars.ContextVar("fxremat_joint_keeper", default=None)
+
+
+@contextlib.contextmanager
+def keeping_joint(keep: Callable[[Callable], None]) -> Iterator[None]:
+    """Compiles in this block hand ``keep`` a function ``replan(options) -> Plan`` that plans
+    their joint graph again under other options, without tracing it again (``joint_keeper``)."""
+    token = _JOINT_KEEPER.set(keep)
+    try:
+        yield
+    finally:
+        _JOINT_KEEPER.reset(token)
+
+
+def joint_keeper() -> Callable[[Callable], None] | None:
+    return _JOINT_KEEPER.get()
 
 
 class BudgetWarning(UserWarning):

@@ -36,7 +36,9 @@ graph is planned within the budget less what the graphs before it hold (issue #2
 - **The step's least in one error.** A budget no plan of the step meets raises one
   ``BudgetError`` naming the step's least budget (``_step_least``): each graph at its
   least-memory plan with the least of the graphs after it counted at its turn, found from the
-  last graph to the first by planning alone (``plans.planning_only``: nothing compiled). A
+  last graph to the first by planning alone: each graph's joint graph, kept from its compile,
+  planned again (``plans.keeping_joint``), or else a compile that stops once it has planned
+  (``plans.planning_only``); nothing compiled. A
   graph refused at its compile with nothing held (below its floor, or its least) keeps its
   refusal for its first call, when every graph compiled with it is known (DDPOptimizer's
   buckets, in the order they run); a replan that cannot leave the later graphs their need
@@ -70,7 +72,7 @@ import torch
 
 from . import _compat, inspect
 from .options import Budget, Options, format_bytes
-from .plans import BudgetError, BudgetWarning, Planned, fxremat_error, planning_only, wrapped
+from .plans import BudgetError, BudgetWarning, Planned, fxremat_error, keeping_joint, planning_only, wrapped
 from .sizes import tensor_bytes
 
 _HELD: dict[int, tuple["StepGraph", int]] = {}  # ledger entry -> (graph, bytes held)
@@ -80,6 +82,11 @@ _LEAST_PROBES = 3  # a floor error names the floor; the least plan may need a li
 _UNRUN: list[weakref.ref] = []  # step graphs compiled and not yet called, in order
 _STEP: list["StepGraph"] = []  # the graphs whose forwards ran in the step under way, in order
 _LAST_STEP: list["StepGraph"] = []  # those of the last step that ended
+# A graph's ``replan(options) -> Plan``: its joint graph planned again without a new trace
+# (``plans.keeping_joint``), for the step's least-memory queries (``_least_plan``). Kept apart
+# from the graph's attributes: Dynamo's wrapper of a compiled function copies those (functools.wraps)
+# and would keep the joint graph alive after the graph lets it go.
+_REPLANS: "weakref.WeakKeyDictionary[StepGraph, Callable]" = weakref.WeakKeyDictionary()
 
 
 def held_bytes() -> int:
@@ -376,7 +383,11 @@ class StepGraph:
         budget = Budget(bytes=max(1, nbytes), later_graphs=later[0], later_graphs_kept=later[1])
         options = dataclasses.replace(self.options, memory_budget=budget)
         self.plans_from = inspect.plan_count()
-        return self._compile(self.gm, inputs, options)
+        with keeping_joint(self._keep):
+            return self._compile(self.gm, inputs, options)
+
+    def _keep(self, replan: Callable) -> None:
+        _REPLANS[self] = replan
 
     def _least(self, inputs: list, need: int, within: Callable | None = None) -> tuple[Callable, int]:
         """Compiled at the least budget its plans meet (``within``: ``_compile_within`` unless
@@ -402,7 +413,8 @@ class StepGraph:
         """Compiled at its least-memory plan with ``later`` at its turn; the plan kept for
         ``_least_plan``."""
         self.plans_from = inspect.plan_count()
-        compiled = self._compile(self.gm, inputs, self._least_options(later))
+        with keeping_joint(self._keep):
+            compiled = self._compile(self.gm, inputs, self._least_options(later))
         plans = inspect.plans_since(self.plans_from)
         self._known_least = (later, plans[-1]) if len(plans) == 1 else None
         return compiled
@@ -414,7 +426,10 @@ class StepGraph:
         if known is not None and known[0] == later:
             return known[1]
         options = dataclasses.replace(self._least_options(later), debug_dir=None)  # no files, no report sweep
-        with planning_only():
+        replan = _REPLANS.get(self)
+        if replan is not None:
+            return replan(options)
+        with planning_only(), keeping_joint(self._keep):
             try:
                 self._compile(self.gm, inputs, options)
             except Exception as error:  # noqa: BLE001 - Planned, as AOTAutograd or Inductor passed it on
@@ -496,6 +511,10 @@ def _leave(entry: int) -> None:  # returns None: a hook's value would replace th
         _steps_ended += 1
         _LAST_STEP[:] = _STEP
         _STEP.clear()
+        if len({id(graph) for graph in _LAST_STEP}) == 1:
+            # A graph that is the whole step: its least is asked only where the step has
+            # several graphs (``_cannot_leave``) or at its first call; its joint graph goes.
+            _REPLANS.pop(_LAST_STEP[0], None)
 
 
 def _first_calls(caller: StepGraph, args) -> None:

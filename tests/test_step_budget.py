@@ -223,6 +223,38 @@ def test_a_budget_under_a_graphs_floor_names_its_least_plan_in_one_error():
     assert measure_peak_bytes(lambda: compiled(x).pow(2).mean().backward())["peak_bytes"] <= least * 1.001
 
 
+def test_the_steps_least_plans_its_graphs_again_from_their_joint_graphs_without_a_new_trace():
+    """The step's least-memory queries (``StepGraph._least_plan``) plan the joint graph that a
+    graph's compile traced again (``plans.keeping_joint``): no compile, and the plan a new
+    trace would make (saved set, recomputation, Rotor's sequence, peak, what it keeps)."""
+    from fxremat import inspect as fx_inspect
+
+    model, x, _ = _setup()
+    _step(_compiled(model, 100_000_000), model, x)
+    graphs = list(step._LAST_STEP)
+    assert len(graphs) == 2
+
+    def facts(plan):
+        return (plan.graph_id, plan.solver, plan.sequence, [d["name"] for d in plan.saved],
+                [d["name"] for d in plan.recomputed], plan.predicted_peak_bytes, plan.timeline.end_bytes)
+
+    for graph in graphs:
+        inputs = step._traced_inputs(graph.gm)
+        for later in [(0, 0), (300_000, 40_000)]:
+            compiles = fx_inspect._COMPILED
+            kept = graph._least_plan(inputs, later)
+            assert fx_inspect._COMPILED == compiles  # planned, not traced nor compiled
+            replan = step._REPLANS.pop(graph)
+            graph._keep = lambda replan: None  # this once, the path without a kept joint graph
+            try:
+                traced = graph._least_plan(inputs, later)
+            finally:
+                step._REPLANS[graph] = replan
+                del graph._keep
+            assert fx_inspect._COMPILED == compiles + 1
+            assert facts(kept) == facts(traced)
+
+
 def test_the_ledger_holds_a_forward_until_its_backward_or_its_autograd_graph_is_gone():
     model, x, _ = _setup()
     compiled = _compiled(model, 100_000_000)
