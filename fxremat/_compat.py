@@ -464,21 +464,22 @@ def partition_context() -> Callable[[], contextlib.AbstractContextManager]:
     return entered
 
 
-def cpu_allocation_events(prof, not_counted: tuple[str, ...] = ()) -> list[tuple[int, int, int]]:
-    """``(start_ns, address, bytes)`` of every CPU allocation (bytes > 0) and free
+def cpu_allocation_events(prof, not_counted: tuple[str, ...] = ()) -> list[tuple[int, int, int, bool]]:
+    """``(start_ns, address, bytes, counted)`` of every CPU allocation (bytes > 0) and free
     (bytes < 0) that a stopped ``torch.profiler.profile(profile_memory=True)``
     recorded, walked in the profiler's event-tree order. The public
     ``prof.events()`` has no addresses, and lists as ``"[memory]"`` only the events
-    outside every operator. Allocations inside a scope (an operator or
-    ``record_function``) whose name starts with one of ``not_counted`` are left out; frees
-    are all kept (a free of a block left out is one of an unknown block)."""
+    outside every operator. ``counted`` is False for an allocation inside a scope (an operator
+    or ``record_function``) whose name starts with one of ``not_counted``; frees are all
+    counted (a free of a block left out is one of an unknown block)."""
     from torch._C._profiler import _EventType
 
     def walk(nodes, inside: bool):
         for node in nodes:
             if node.tag == _EventType.Allocation:
-                if node.extra_fields.device.type == "cpu" and not (inside and node.extra_fields.alloc_size > 0):
-                    yield node.start_time_ns, node.extra_fields.ptr, node.extra_fields.alloc_size
+                if node.extra_fields.device.type == "cpu":
+                    size = node.extra_fields.alloc_size
+                    yield node.start_time_ns, node.extra_fields.ptr, size, not (inside and size > 0)
                 continue
             yield from walk(node.children, inside or (bool(not_counted) and node.name.startswith(not_counted)))
 

@@ -69,11 +69,10 @@ def measure_peak_bytes(step_fn: Callable[[], Any], not_counted: tuple[str, ...] 
             prof.stop()
     del result
     events = sorted(_compat.cpu_allocation_events(prof, tuple(not_counted)), key=lambda e: e[0])  # stable sort
-    curve = replay([(ptr, size) for _, ptr, size in events])
+    curve = replay([(ptr, size) for _, ptr, size, counted in events if counted])
     measured = {"peak_bytes": max(curve, default=0), "end_bytes": curve[-1] if curve else 0}
     if not_counted:
-        every = replay([(ptr, size) for _, ptr, size in sorted(_compat.cpu_allocation_events(prof), key=lambda e: e[0])])
-        measured["all_peak_bytes"] = max(every, default=0)
+        measured["all_peak_bytes"] = max(replay([(ptr, size) for _, ptr, size, _ in events]), default=0)
     return measured
 
 
@@ -125,7 +124,7 @@ def record_step(step_fn: Callable[[], Any], debug_dir: str | None = None) -> dic
                 prof.stop()
         del result
         events = sorted(_compat.cpu_allocation_events(prof), key=lambda e: e[0])
-        curve = replay([(ptr, size) for _, ptr, size in events])
+        curve = replay([(ptr, size) for _, ptr, size, _ in events])
         measured = {"live_bytes": curve, "method": "profiler allocation events (CPU)", "device": "cpu"}
     curve = measured["live_bytes"]
     measured.update(peak_bytes=max(curve, default=0), end_bytes=curve[-1] if curve else 0,
