@@ -50,7 +50,7 @@ def recomputed_entry(copy: fx.Node, source: str) -> dict:
     """A plan's record of one op the backward computes again: the copy's name and op, and the
     forward node it copies (``source``: a value recomputed twice has two copies of one
     source). Its module is added to the plan chosen (``add_modules``)."""
-    return {"name": copy.name, "op": str(copy.target), "source": source}
+    return {"name": copy.name, "op": oplib.op_name(copy.target), "source": source}
 
 
 def add_modules(saved: list[dict], recomputed: list[dict], joint: fx.GraphModule, backward: fx.GraphModule) -> None:

@@ -225,10 +225,15 @@ class Inlining:
                 return (False, frozenset([n.name]) | bias_loads, frozenset([n.name + ":bias"]) | bias_ops, bias_heavy,
                         _big(n) | bias_big)
             return False, frozenset([n.name]) if vals else frozenset(), frozenset(), False, _big(n)
-        loads: frozenset[str] = frozenset().union(*(self._info[a][1] for a in n.all_input_nodes))
-        ops = frozenset([n.name]).union(*(self._info[a][2] for a in n.all_input_nodes))
-        heavy = any(self._info[a][3] for a in n.all_input_nodes)
-        big_loads: frozenset[str] = frozenset().union(*(self._info[a][4] for a in n.all_input_nodes))
+        infos = [self._info[a] for a in n.all_input_nodes]
+        if len(infos) == 1:  # (most pointwise ops: the input's sets as they are)
+            _, loads, ops, heavy, big_loads = infos[0]
+            ops = ops | {n.name}
+        else:
+            loads = frozenset().union(*(i[1] for i in infos))
+            ops = frozenset([n.name]).union(*(i[2] for i in infos))
+            heavy = any(i[3] for i in infos)
+            big_loads = frozenset().union(*(i[4] for i in infos))
         if is_multi_output(n):
             return True, loads, ops, heavy, big_loads  # its items decide (``_inlinable``)
         if oplib.is_getitem(n) and n.args[1] == 1 and len(ops) - 2 >= 2:  # (a candidate item: a max-pool's)
@@ -597,10 +602,13 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         # index_put scatters into the tensor it is given (an embedding gradient's zeros).
         in_place = fusion and (oplib.is_fusible(node) or oplib.is_index_put(node)) and node not in addmms
         frees_late = kernel_groups and not library_call(node) and node not in addmms
-        step = Step(node.name, allocates=allocates, reads=sorted(reads) if len(reads) > 1 else list(reads),
-                    phase=phase, in_place=in_place, frees_late=frees_late)
+        # (the set itself: a fused value's reads are its inputs', shared, and their order does
+        # not change the timeline)
+        step = Step(node.name, allocates=allocates, reads=reads, phase=phase, in_place=in_place,
+                    frees_late=frees_late)
         steps.extend(held.pop(node, ()))
-        reader = _written_at_reader(node) if fusion and set(allocates) == {storage[node]} else None
+        reader = (_written_at_reader(node) if fusion and len(allocates) == 1 and storage[node] in allocates
+                  else None)
         if reader is not None and reader not in addmms and node not in addmms:
             held.setdefault(reader, []).append(step)
         else:

@@ -30,6 +30,7 @@ Example
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 
 
 @dataclasses.dataclass
@@ -43,8 +44,9 @@ class Step:
     allocates : dict of str to int, optional
         The storages the operation creates, with their bytes. A storage already alive is
         not allocated again.
-    reads : list of str, optional
-        The storages it reads; each is freed after its last reader.
+    reads : collection of str, optional
+        The storages it reads (a list, or a set: the timeline does not depend on their
+        order); each is freed after its last reader.
     phase : str, optional
         A label kept in :meth:`Timeline.as_records` (``"forward"``, ``"backward"``, ...).
     in_place : bool, optional
@@ -72,7 +74,7 @@ class Step:
 
     name: str
     allocates: dict[str, int] = dataclasses.field(default_factory=dict)
-    reads: list[str] = dataclasses.field(default_factory=list)
+    reads: Collection[str] = dataclasses.field(default_factory=list)
     phase: str = ""
     in_place: bool = False
     frees_late: bool = False
@@ -182,10 +184,21 @@ def simulate(steps: list[Step], *, live_at_start: dict[str, int] | None = None,
     storages it frees).
     """
     live: dict[str, int] = dict(live_at_start or {})
+    # Whatever the order of a step's reads, storages are freed (and ``observe`` called) in
+    # one order: first seen first, those first seen together by name.
     last_read: dict[str, int] = {}
     for i, step in enumerate(steps):
+        unseen = None
         for s in step.reads:
-            last_read[s] = i
+            if s in last_read:
+                last_read[s] = i
+            elif unseen is None:
+                unseen = [s]
+            else:
+                unseen.append(s)
+        if unseen is not None:
+            for s in sorted(unseen) if len(unseen) > 1 else unseen:
+                last_read[s] = i
         for s in step.allocates:
             last_read.setdefault(s, i)
     # A storage dies after its last reader, or after the run of steps that free late
@@ -202,11 +215,13 @@ def simulate(steps: list[Step], *, live_at_start: dict[str, int] | None = None,
     profile: list[int] = []
     for i, step in enumerate(steps):
         # Storages this step reads for the last time: candidates to be written over.
-        dying = [s for s in dict.fromkeys(step.reads) if last_read.get(s) == i and s in live and s not in keep]
+        dying = ([s for s in dict.fromkeys(step.reads) if last_read.get(s) == i and s in live and s not in keep]
+                 if step.in_place else ())
         for s, nbytes in step.allocates.items():
             if s in live:
                 continue
-            donor = next((d for d in dying if live[d] == nbytes), None) if step.in_place else None
+            # (of several the same size, the first by name: the same whatever the reads' order)
+            donor = min((d for d in dying if live[d] == nbytes), default=None) if step.in_place else None
             if donor is not None:
                 dying.remove(donor)
                 del live[donor]  # the output takes over the donor's bytes
