@@ -28,11 +28,13 @@ import sys
 
 
 def plan_digest(plan) -> str:
-    """A digest of everything that makes ``plan`` what it is, its predicted timeline included."""
+    """What every rank must agree on (``fxremat.ranks.plan_key``), with every step of the
+    predicted timeline: what it allocates and reads."""
+    from fxremat.ranks import plan_key
+
     steps = [(s.phase, s.name, sorted(s.reads), sorted(s.allocates.items()), s.in_place, s.frees_late)
              for s in plan.timeline.steps]
-    text = json.dumps([plan.solver, [d["name"] for d in plan.saved], [d["name"] for d in plan.recomputed],
-                       plan.sequence, plan.predicted_peak_bytes, plan.budget_bytes, steps], default=str)
+    text = json.dumps([plan_key(plan), steps], default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -67,10 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     seconds, digests = [], set()
     for run in range(args.repeat):
         plan = plan_once(args.layers, args.budget)
+        digest = plan_digest(plan)
         seconds.append(plan.solve_seconds)
-        digests.add(plan_digest(plan))
+        digests.add(digest)
         print(json.dumps({"layers": args.layers, "budget": args.budget, "run": run,
-                          "solve_seconds": round(plan.solve_seconds, 3), "digest": plan_digest(plan)}), flush=True)
+                          "solve_seconds": round(plan.solve_seconds, 3), "digest": digest}), flush=True)
     print(json.dumps({"layers": args.layers, "budget": args.budget, "least_s": round(min(seconds), 3),
                       "median_s": round(statistics.median(seconds), 3), "digests": sorted(digests)}))
     return 0 if len(digests) == 1 else 1
