@@ -418,3 +418,26 @@ def test_an_incoming_gradient_is_freed_at_its_last_use_under_the_step_budget():
     predicted = first.predicted_peak_bytes + kept_by_graph_2
     measured = _measured_step_peak(compiled, model, x)
     assert abs(measured - predicted) <= 0.001 * predicted, (measured, predicted)
+
+
+def test_an_output_sharing_an_inputs_storage_is_not_held_across_the_step():
+    """The ledger holds a graph's outputs beside its saved activations, but not an output that
+    is one of its inputs' storages (a view, ``detach``): only graphs whose traced outputs share
+    an input's storage look for them among the inputs at each call."""
+    torch.manual_seed(0)
+    x = torch.randn(BATCH, W, dtype=torch.double, requires_grad=True)
+    w = torch.randn(W, W, dtype=torch.double, requires_grad=True)
+
+    def held(fn):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="fxremat", options={"compiler": "eager", "memory_budget": 100_000_000})
+        outputs = compiled(x, w)
+        nbytes = step.held_bytes()
+        outputs[0].backward()
+        assert step.held_bytes() == 0
+        return nbytes
+
+    alone = held(lambda x, w: ((x @ w).tanh().sum(),))
+    assert alone > 0
+    assert held(lambda x, w: ((x @ w).tanh().sum(), x.view(-1), w.detach())) == alone
+    assert held(lambda x, w: ((x @ w).tanh().sum(), x * 2)) == alone + x.numel() * x.element_size()
