@@ -891,12 +891,11 @@ def traced_values(args) -> bool:
     ResNet-50's 322 inputs when asked of each (2-3% of its step on one CPU thread)."""
     from torch._subclasses.fake_tensor import is_fake
 
-    wrapped = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
-    functional = torch._is_functional_tensor
+    wrapped, functional = _FUNCTORCH_WRAPPED, torch._is_functional_tensor
     for a in args:
         if not isinstance(a, torch.Tensor):
             continue
-        if (wrapped is not None and type(a) in _PLAIN_TENSORS and not functional(a) and not wrapped(a)):
+        if wrapped is not None and type(a) in _PLAIN_TENSORS and not functional(a) and not wrapped(a):
             continue
         if is_fake(a):
             return True
@@ -904,6 +903,8 @@ def traced_values(args) -> bool:
 
 
 _PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+# ``is_fake``'s test for a functorch wrapper (absent: every tensor takes ``is_fake``'s walk).
+_FUNCTORCH_WRAPPED = getattr(torch._C._functorch, "is_functorch_wrapped_tensor", None)
 
 
 def register_backend(name: str, compiler_fn) -> None:

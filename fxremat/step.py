@@ -608,8 +608,7 @@ def _outputs_alias_inputs(gm: torch.fx.GraphModule) -> bool:
     returned = output.all_input_nodes if output is not None else []
     if any(n.op == "placeholder" for n in returned):
         return True
-    inputs, outputs = ([n.meta.get("example_value", n.meta.get("val")) for n in nodes]
-                       for nodes in (gm.graph.find_nodes(op="placeholder"), returned))
+    inputs, outputs = _traced_inputs(gm), [n.meta.get("example_value", n.meta.get("val")) for n in returned]
     if any(v is None for v in inputs + outputs):
         return True
     storages = {StorageWeakRef(t.untyped_storage()) for t in tree_leaves(inputs) if isinstance(t, torch.Tensor)}
