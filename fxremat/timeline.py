@@ -67,7 +67,7 @@ def _inlinable(node: fx.Node, memo: Inlining) -> bool:
     and in the same graph (graph outputs and inputs of library kernels are written), or
     read it through a view Inductor may copy for them (``_copied_view``). ``memo``: the
     ``Inlining`` whose per-node answers are reused."""
-    if node.op != "call_function" or oplib.is_reduction(node):
+    if node.op != "call_function" or (oplib.is_reduction(node) and _unrolled_elements(node) <= 1):
         return False
     if is_multi_output(node) or oplib.is_getitem(node):
         # A tuple Inductor lowers item by item (a max-pool's values and offsets,
@@ -90,6 +90,32 @@ def _inlinable(node: fx.Node, memo: Inlining) -> bool:
     return len(readers) > 0 and all(r.op == "call_function"
                                     and (memo.fusible(r) or oplib.loads_lazily(r, node) or memo.copied_view(r))
                                     for r in readers)
+
+
+_NO_EXTRA = (0, 0)  # loads and ops a body counts beyond its distinct buffers and ops (unrolled reductions)
+
+
+def _unrolled_elements(node: fx.Node) -> int:
+    """How many elements a reduction Inductor unrolls into a pointwise sum reduces over, else 0:
+    a single-output reduction over fewer than ``unroll_reductions_threshold`` (8) elements whose
+    result has more than one element (on CPU; ``Reduction.create``). A group norm's backward
+    sums over each group's channels so, and the values built on those sums load the per-channel
+    sums once per channel: Inductor counts those reads (``num_reads``) and writes such a value
+    at its reuse where distinct buffers alone would not pass its limit (a small group-norm
+    model's ``mul_19``: 11 reads, 4 buffers)."""
+    if node.op != "call_function" or not oplib.is_reduction(node) or is_multi_output(node):
+        return 0
+    val = node.meta.get("val")
+    inputs = [a for a in node.all_input_nodes if isinstance(a.meta.get("val"), torch.Tensor)]
+    if not isinstance(val, torch.Tensor) or not inputs:
+        return 0
+    out, inp = _hint(val.numel()), _hint(inputs[0].meta["val"].numel())
+    if out <= 1 or out == 0 or inp % out:
+        return 0
+    elements = inp // out
+    from torch._inductor import config as inductor_config
+
+    return elements if elements < inductor_config.unroll_reductions_threshold else 0
 
 
 def _read_as_strided(node: fx.Node) -> bool:
@@ -237,27 +263,34 @@ class Inlining:
             base = n.args[0] if n.args and isinstance(n.args[0], NODES) else None
             if base is not None:
                 if n in self._copies:
-                    return False, frozenset([n.name]), frozenset(), False, _big(n)
+                    return False, frozenset([n.name]), frozenset(), False, _big(n), _NO_EXTRA
                 return (False,) + self._info[base][1:]
         if not self._candidate(n):
             vals = flat_tensors(n.meta.get("val"))
             bias = unfused_bias(n)
             if bias is not None:  # the product is written; each reader loads the bias and adds it
-                _, bias_loads, bias_ops, bias_heavy, bias_big = self._get(bias)
+                _, bias_loads, bias_ops, bias_heavy, bias_big, bias_extra = self._get(bias)
                 return (False, frozenset([n.name]) | bias_loads, frozenset([n.name + ":bias"]) | bias_ops, bias_heavy,
-                        _big(n) | bias_big)
-            return False, frozenset([n.name]) if vals else frozenset(), frozenset(), False, _big(n)
+                        _big(n) | bias_big, bias_extra)
+            return False, frozenset([n.name]) if vals else frozenset(), frozenset(), False, _big(n), _NO_EXTRA
         infos = [self._info[a] for a in n.all_input_nodes]
         if len(infos) == 1:  # (most pointwise ops: the input's sets as they are)
-            _, loads, ops, heavy, big_loads = infos[0]
+            _, loads, ops, heavy, big_loads, extra = infos[0]
             ops = ops | {n.name}
         else:
             loads = frozenset().union(*(i[1] for i in infos))
             ops = frozenset([n.name]).union(*(i[2] for i in infos))
             heavy = any(i[3] for i in infos)
             big_loads = frozenset().union(*(i[4] for i in infos))
+            extra = (sum(i[5][0] for i in infos), sum(i[5][1] for i in infos))
+        unrolled = _unrolled_elements(n)
+        if unrolled > 1:
+            # Inductor computes a reduction over so few elements as a pointwise sum of its input
+            # at each of them: every load and op of the input's body once per element (loads at
+            # other indices are other loads to its op counter).
+            extra = (unrolled * (len(loads) + extra[0]) - len(loads), unrolled * (len(ops) + extra[1]) - len(ops))
         if is_multi_output(n):
-            return True, loads, ops, heavy, big_loads  # its items decide (``_inlinable``)
+            return True, loads, ops, heavy, big_loads, extra  # its items decide (``_inlinable``)
         if oplib.is_getitem(n) and n.args[1] == 1 and len(ops) - 2 >= 2:  # (a candidate item: a max-pool's)
             # A max-pool's offsets (its argmax, item 1) over an input inlined into it: Inductor
             # counts the input's body once per window element, with the argmax's compares, and
@@ -265,7 +298,7 @@ class Inlining:
             # pooled SiLU's (four ops) were written (issue #27's U-Net, Checkmate's least plan:
             # 0.6% over its prediction when taken as inlined), a ReLU's are not. Taken as written
             # from two inlined ops up: at worst a small int8 buffer Inductor does not write.
-            return False, frozenset([n.name]), frozenset(), False, _big(n)
+            return False, frozenset([n.name]), frozenset(), False, _big(n), _NO_EXTRA
         val = n.meta.get("val")
         device = val.device.type if isinstance(val, torch.Tensor) else "cpu"
         if device == "cpu" and getattr(n.target, "overloadpacket", None) is not None:
@@ -274,14 +307,15 @@ class Inlining:
         if device not in self._limits:
             self._limits[device] = _compat.inductor_realize_thresholds(device)
         limit = self._limits[device]
-        nops = len(ops) + len(loads)  # Inductor counts loads as ops too
+        nreads = len(loads) + extra[0]  # Inductor's num_reads: each load at each index
+        nops = len(ops) + extra[1] + nreads  # Inductor counts loads as ops too
         several = len(self.readers(n)) > 1
         # A reader that broadcasts the value loads each element many times: Inductor's
         # ``expand`` asks the same question as for several readers, its read count
         # aside on a torch that tells loop reuse from graph fan-out (a cross entropy's
         # log-sum-exp, a heavy ``log``, is written before the log-probabilities read it).
         # (asked only where it can change the answer: the readers' shapes are walked)
-        broadcast = (not several and (heavy or nops > limit["ops"] or len(loads) > limit["reads"])
+        broadcast = (not several and (heavy or nops > limit["ops"] or nreads > limit["reads"])
                      and self._broadcast(n))
         fanout = several or (broadcast and not self._loop_reuse_apart)
         copies = self._copied_views(n)
@@ -289,14 +323,14 @@ class Inlining:
         # element and asks it to be written first (``realize_hint``): the zoo CNN's batch-norm
         # ReLU before its pool is written (its body loads five buffers).
         pooled = any(oplib.lowered_item_by_item(r) for r in self.readers(n))
-        written = (len(loads) > limit["acc_reads"] or nops > limit["max_ops"]
+        written = (nreads > limit["acc_reads"] or nops > limit["max_ops"]
                    or ((several or broadcast) and (heavy or nops > limit["ops"]))
-                   or (fanout and len(loads) > limit["reads"])
+                   or (fanout and nreads > limit["reads"])
                    or ((copies or pooled) and len(big_loads) > 1))  # realize_hint: see _copied_view
         if written:
-            return False, frozenset([n.name]), frozenset(), False, _big(n)
+            return False, frozenset([n.name]), frozenset(), False, _big(n), _NO_EXTRA
         self._copies.update(copies)
-        return True, loads, ops, heavy, big_loads
+        return True, loads, ops, heavy, big_loads, extra
 
 
 def _big(node: fx.Node) -> frozenset[str]:
