@@ -15,12 +15,15 @@ __version__ = "0.1.0"
 def _map_source_passes() -> None:
     # Installed, ``passes/`` is the subpackage fxremat.passes (setuptools package-dir).
     # In a source checkout (PYTHONPATH=.) it sits beside this folder: map it the same way.
+    # The checkout's own ``passes/`` comes first: an editable install of another checkout
+    # would otherwise map fxremat.passes to that one's (the solvers of one tree, the torch
+    # integration of another).
     here = os.path.dirname(os.path.abspath(__file__))
-    if "fxremat.passes" in sys.modules or importlib.util.find_spec("fxremat.passes") is not None:
+    if "fxremat.passes" in sys.modules:
         return
     beside = os.path.join(os.path.dirname(here), "passes")
     init = os.path.join(beside, "__init__.py")
-    if os.path.isfile(init):
+    if os.path.isfile(init) and os.path.isfile(os.path.join(os.path.dirname(here), "pyproject.toml")):
         spec = importlib.util.spec_from_file_location("fxremat.passes", init, submodule_search_locations=[beside])
         module = importlib.util.module_from_spec(spec)
         sys.modules["fxremat.passes"] = module

@@ -18,6 +18,9 @@ Example
 12
 >>> simulate([Step("a", allocates={"a": 8}), Step("b", allocates={"b": 8}, reads=["a"], in_place=True)]).peak_bytes
 8
+>>> simulate([Step("a", allocates={"a": 8}),
+...           Step("b", allocates={"b": 8}, reads=["a"], in_place=True, donors=())]).peak_bytes
+16
 >>> events = []
 >>> _ = simulate(steps, keep={"c"}, observe=lambda i, s, n: events.append((i, s, n)))
 >>> events
@@ -57,6 +60,10 @@ class Step:
         What dies at this step is freed only after the last step of the run of consecutive
         ``frees_late`` steps it belongs to (Inductor's C++ backend generates one function for
         all its kernels between two library calls and frees their buffers after it).
+    donors : collection of str, optional
+        With ``in_place``, the storages an output may be written over (None: any it reads).
+        Inductor writes in place only where it reads the donor at the indices it writes: a
+        storage laid out otherwise is no donor.
 
     Returns
     -------
@@ -78,6 +85,7 @@ class Step:
     phase: str = ""
     in_place: bool = False
     frees_late: bool = False
+    donors: Collection[str] | None = None
 
 
 @dataclasses.dataclass
@@ -215,7 +223,8 @@ def simulate(steps: list[Step], *, live_at_start: dict[str, int] | None = None,
     profile: list[int] = []
     for i, step in enumerate(steps):
         # Storages this step reads for the last time: candidates to be written over.
-        dying = ([s for s in dict.fromkeys(step.reads) if last_read.get(s) == i and s in live and s not in keep]
+        dying = ([s for s in dict.fromkeys(step.reads) if last_read.get(s) == i and s in live and s not in keep
+                  and (step.donors is None or s in step.donors)]
                  if step.in_place else ())
         for s, nbytes in step.allocates.items():
             if s in live:
