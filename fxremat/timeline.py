@@ -586,7 +586,9 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                     copy = f"{phase}:{node.name}:channels_last"
                     allocates[copy] = node_bytes(node)
                     conv_copies.setdefault(conv, []).append(copy)
-            if fusion and channels_last and node not in prefers_channels_last:
+            if fusion and channels_last:
+                # (whether or not the layout optimization claims it: it lays out channels-last only
+                # a value written where it is computed, ``maybe_apply_channels_last_stride_order``)
                 for view, conv in _reshaped_for_convolution_backward(node, graph_relayouts):
                     copy = f"{phase}:{view.name}:channels_last"
                     allocates[copy] = node_bytes(view)
@@ -746,7 +748,8 @@ def _computed_into_concatenation(gm: fx.GraphModule, inlining: Inlining, prefers
         for part in cat.args[0]:
             if (not isinstance(part, NODES) or part.op != "call_function"
                     or oplib.is_view(part) or oplib.is_getitem(part) or is_multi_output(part)
-                    or library_call(part) or part in addmms or part in prefers_channels_last
+                    or library_call(part) or part in addmms
+                    or (part in prefers_channels_last and len(part.users) > 1)
                     or inlining.fused_away(part)
                     or any(u.op == "output" for u in part.users)  # an output's strides are fixed
                     or not isinstance(part.meta.get("val"), torch.Tensor)):
@@ -904,11 +907,13 @@ def _inductor_layout(node: fx.Node, inlining: Inlining, prefers_channels_last: s
     counted as written over them, the plan at per-block checkpointing's peak measured 1 MiB,
     7.6%, over its prediction).
 
-    - a convolution's output or gradient, a value the layout optimization claims
-      (``prefers_channels_last``), an input that arrives channels-last: channels-last;
+    - a convolution's output or gradient, an input that arrives channels-last: channels-last;
+    - a value a convolution backward reads reshaped (through views that are each one's only
+      reader), in a graph Inductor lays out channels-last: contiguous (and copied for the call,
+      ``_reshaped_for_convolution_backward``);
+    - a value the layout optimization claims (``prefers_channels_last``): channels-last;
     - a value a convolution backward reads (directly, or through views that are each one's
-      only reader): in a graph Inductor lays out channels-last (``relayouts()``), contiguous
-      where a view reshapes it (``_reshaped_for_convolution_backward``), else as its kernel
+      only reader): in a graph Inductor lays out channels-last (``relayouts()``), as its kernel
       reads (channels-last where it reads a channels-last value, ``_laid_out_channels_last``);
       in another graph, in the strides the traced graph gives that operand
       (``constrain_conv_bwd_to_fx_strides``);
@@ -923,16 +928,19 @@ def _inductor_layout(node: fx.Node, inlining: Inlining, prefers_channels_last: s
         if node.name in channels_last_inputs:
             return "channels_last"
         return "contiguous" if val.is_contiguous() else ("channels_last" if _channels_last_ordered(val) else None)
-    if _fixed_channels_last(node, channels_last_inputs) or node in prefers_channels_last:
+    if _fixed_channels_last(node, channels_last_inputs):
         return "channels_last"
     if node.op != "call_function" or not oplib.is_inductor_pointwise(node) or oplib.is_reduction(node):
-        return None
+        return "channels_last" if node in prefers_channels_last else None
     operand, reader, reshaped = _operand_through_views(node)
+    if reader is not None and reader.target is _CONV_BACKWARD and operand in reader.args[:2] and reshaped and (
+            relayouts()):
+        return "contiguous"  # and copied for the call (``_reshaped_for_convolution_backward``)
+    if node in prefers_channels_last:
+        return "channels_last"
     if reader is None:
         reader = next((u for u in node.users if u.target is _CONV_BACKWARD and node in u.args[:2]), None)
     if reader is not None and reader.target is _CONV_BACKWARD and operand in reader.args[:2]:
-        if reshaped and relayouts():
-            return "contiguous"  # and copied for the call (``_reshaped_for_convolution_backward``)
         if relayouts():
             return "channels_last" if _laid_out_channels_last(node, prefers_channels_last, channels_last_inputs,
                                                               {}) else None
@@ -1010,7 +1018,12 @@ def _written_at_reader(node: fx.Node) -> fx.Node | None:
     an output, or too big a body to inline."""
     if (node.op != "call_function" or not oplib.is_inductor_pointwise(node) or oplib.is_view(node)
             or oplib.is_getitem(node)
-            or oplib.is_reduction(node) or is_multi_output(node) or _lazy_constant(node)):
+            or oplib.is_reduction(node) or is_multi_output(node) or _lazy_constant(node)
+            # a concatenation Inductor makes a kernel of its own is written where it is lowered
+            # (a U-Net's recomputed skip concatenation, read by its convolution backward alone,
+            # was written before the previous block's convolution backward and held to its own:
+            # 786 KiB over the least plan's prediction when counted at that reader)
+            or (node.target is _CAT and _compat.inductor_writes_every_cat(_device_type(node)))):
         return None
     user = node
     while True:
