@@ -1,10 +1,12 @@
 """Predicted against measured peak of one frontier model's training step, through Inductor.
 
     python bench/prediction_check.py MODEL [--scale small] [--sizes JSON] [--budget 0.0] [--solver auto] [--inductor JSON]
+                                     [--options JSON]
 
 Builds ``MODEL`` from ``bench/frontier_models.py`` (``decoder``, ``llama``, ``unet``, ...),
 ``--sizes`` replacing some of the scale's sizes, compiles it with ``backend="fxremat"`` at the
-budget (a fraction, or bytes; 1.0 for no budget), runs two steps, and measures the third with
+budget (a fraction, or bytes; 1.0 for no budget) with any further ``--options`` (the frontier
+runs compile with ``{"hold_outputs": false}``), runs two steps, and measures the third with
 the profiler's allocation events (``fxremat.measure.measure_peak_bytes``), gradients set to
 None first. Prints one JSON line:
 each graph's predicted peak and the step's measured peak. Caches are off, so every graph is
@@ -37,11 +39,14 @@ def main() -> None:
     parser.add_argument("--solver", default="auto")
     parser.add_argument("--inductor", type=json.loads, default={},
                         help='Inductor options as JSON, passed as options["inductor"]')
+    parser.add_argument("--options", type=json.loads, default={},
+                        help='further fxremat options as JSON: \'{"hold_outputs": false}\'')
     args = parser.parse_args()
     budget = float(args.budget) if "." in args.budget else int(args.budget)
     options = {} if budget == 1.0 else {"memory_budget": budget, "solver": args.solver}
     if args.inductor:
         options["inductor"] = args.inductor
+    options.update(args.options)
     torch.manual_seed(0)
     built = frontier_models.build(args.model, args.scale, args.sizes)
     with torch._functorch.config.patch(enable_autograd_cache=False), torch._inductor.config.patch(fx_graph_cache=False):
@@ -55,6 +60,7 @@ def main() -> None:
         step()
         measured = measure_peak_bytes(step)["peak_bytes"]
     print(json.dumps({"model": args.model, "scale": args.scale, "sizes": built.sizes, "budget": budget, "solver": args.solver, "inductor": args.inductor,
+                      "options": args.options,
                       "torch": torch.__version__, "threads": torch.get_num_threads(),
                       "predicted_peak_bytes": [p.predicted_peak_bytes for p in fxremat.inspect.plans()],
                       "measured_peak_bytes": measured}))

@@ -902,10 +902,8 @@ def _inductor_layout(node: fx.Node, inlining: Inlining, prefers_channels_last: s
     (``SchedulerNode.can_inplace``), so two fixed layouts that differ rule it out (a U-Net's
     group-norm backward: the product of a convolution backward's gradient, channels-last, and
     of the recomputed group norm's SiLU derivative, which the backward reshapes to its groups,
-    is written contiguous beside that gradient, not over it, and the next group's gradient,
-    written channels-last for its convolution backward, is not written over that product;
-    counted as written over them, the plan at per-block checkpointing's peak measured 1 MiB,
-    7.6%, over its prediction).
+    is written contiguous beside that gradient, not over it; counted as written over it, the
+    plan at per-block checkpointing's peak measured 1 MiB, 7.6%, over its prediction).
 
     - a convolution's output or gradient, an input that arrives channels-last: channels-last;
     - a value a convolution backward reads reshaped (through views that are each one's only
@@ -913,10 +911,8 @@ def _inductor_layout(node: fx.Node, inlining: Inlining, prefers_channels_last: s
       ``_reshaped_for_convolution_backward``);
     - a value the layout optimization claims (``prefers_channels_last``): channels-last;
     - a value a convolution backward reads (directly, or through views that are each one's
-      only reader): in a graph Inductor lays out channels-last (``relayouts()``), as its kernel
-      reads (channels-last where it reads a channels-last value, ``_laid_out_channels_last``);
-      in another graph, in the strides the traced graph gives that operand
-      (``constrain_conv_bwd_to_fx_strides``);
+      only reader, none a reshape): channels-last where it reads a channels-last value
+      (``_laid_out_channels_last``), else left to its kernel;
     - a pointwise value Inductor writes where it is computed (``StorageBox.mark_reuse``: several
       readers) and reshapes (``View.create`` freezes its flexible layout contiguous);
     - another input: the strides it arrives in."""
@@ -941,13 +937,13 @@ def _inductor_layout(node: fx.Node, inlining: Inlining, prefers_channels_last: s
     if reader is None:
         reader = next((u for u in node.users if u.target is _CONV_BACKWARD and node in u.args[:2]), None)
     if reader is not None and reader.target is _CONV_BACKWARD and operand in reader.args[:2]:
-        if relayouts():
-            return "channels_last" if _laid_out_channels_last(node, prefers_channels_last, channels_last_inputs,
-                                                              {}) else None
-        operand_val = operand.meta.get("val")
-        if isinstance(operand_val, torch.Tensor) and operand_val.is_contiguous():
-            return "contiguous"
-        return "channels_last" if _channels_last_ordered(operand_val) else None
+        # (written for the call as its kernel reads, or in the strides the compiled graph
+        # traces it in, which follow its inputs' as that does: channels-last after a
+        # channels-last input. A small bottleneck ResNet's batch-norm gradient, read by the
+        # convolution backward alone in a backward without the layout optimization, is written
+        # over the saved convolution output it reads, channels-last.)
+        return "channels_last" if _laid_out_channels_last(node, prefers_channels_last, channels_last_inputs,
+                                                          {}) else None
     if len(node.users) > 1 and not inlining.fused_away(node) and any(
             u.target in _VIEWS_FREEZING_CONTIGUOUS and isinstance(u.meta.get("val"), torch.Tensor)
             and tuple(u.meta["val"].shape) != tuple(val.shape) for u in node.users):
