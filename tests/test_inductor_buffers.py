@@ -358,7 +358,7 @@ def test_the_frontier_unets_group_norm_plans_measure_at_most_their_predictions(m
     write over a buffer laid out otherwise, no channels-last copy of the reshaped gradient a
     convolution backward reads), then 3.4% over at the least plan (a recomputed skip
     concatenation counted at its convolution backward, written where it is lowered)."""
-    import importlib.util
+    import importlib
     import json
 
     from fxremat import devices
@@ -371,16 +371,16 @@ def test_the_frontier_unets_group_norm_plans_measure_at_most_their_predictions(m
     else:  # (whatever this machine has cached)
         uncalibrated = devices.cpu_profile(directory=tmp_path)
         monkeypatch.setattr(devices, "cpu_profile", lambda calibrate=False, directory=None: uncalibrated)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    spec = importlib.util.spec_from_file_location("frontier_models_for_test", os.path.join(root, "bench",
-                                                                                          "frontier_models.py"))
-    frontier_models = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(frontier_models)
+    monkeypatch.syspath_prepend(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
+    frontier_models = importlib.import_module("frontier_models")
     torch.manual_seed(0)
     built = frontier_models.build("unet", "small", {})
     measured, plan = _warm_step_and_plan(built.model.train(), built.batch,
                                          {"memory_budget": budget, "hold_outputs": False})
-    assert measured <= plan.predicted_peak_bytes, (measured, plan.predicted_peak_bytes)
+    # (the step holds its float32 loss through ``backward()``, which ``hold_outputs=False``, as
+    # the frontier runs compile, leaves to the caller)
+    loss_bytes = 4
+    assert measured <= plan.predicted_peak_bytes + loss_bytes, (measured, plan.predicted_peak_bytes)
     if profile == "calibrated":
         assert measured <= budget, (measured, budget)
 
