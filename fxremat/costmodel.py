@@ -192,11 +192,14 @@ def _default_tf32(profile: DeviceProfile) -> bool:
 
 
 def roofline(flops: float, nbytes: float, profile: DeviceProfile, dtype: torch.dtype = torch.float32,
-             compute_intensive: bool = False, tf32: bool | None = None) -> tuple[float, str]:
-    """(seconds without launch overhead, "compute" or "memory")."""
+             compute_intensive: bool = False, tf32: bool | None = None,
+             footprint: float | None = None) -> tuple[float, str]:
+    """(seconds without launch overhead, "compute" or "memory"). ``footprint``: the bytes
+    the kernel touches, whose size picks the cache's rate or the memory's (default
+    ``nbytes``; less when it reads some of them twice)."""
     tf32 = _default_tf32(profile) if tf32 is None else tf32
     compute = flops / profile.peak_flops(dtype, compute_intensive, tf32)
-    memory = nbytes / profile.bandwidth_for(nbytes)
+    memory = nbytes / profile.bandwidth_for(nbytes if footprint is None else footprint)
     return (compute, "compute") if compute >= memory else (memory, "memory")
 
 
@@ -346,22 +349,75 @@ def written(node: fx.Node, group: list[fx.Node] | set[fx.Node], inlining: Inlini
     return any(r not in group for r in readers(node))
 
 
-def _group_traffic(group: list[fx.Node], inlined: set[fx.Node] = frozenset(),
-                   inlining: Inlining | None = None) -> tuple[int, int]:
-    """(bytes read from outside the kernel, each storage once; bytes the kernel writes).
-    Values in ``inlined`` are computed inside the kernel: nothing to read."""
-    members = set(group)
-    reads: dict[fx.Node, int] = {}
-    nwritten = 0
-    for node in group:
+# A reduction over at least this many elements per output value is a loop of its own inside
+# Inductor's kernel (Triton's persistent reductions stop at 1024 elements, ``InductorChoices.
+# should_use_persistent_reduction``; the C++ kernels loop over the reduced dimensions): what
+# the kernel computes from its result (a batch norm's normalized output, its backward's input
+# gradient) is a second pass over the data, which reads the kernel's inputs again.
+PASS_REDUCTION_ELEMENTS = 1024
+
+
+def _reduced_elements(node: fx.Node) -> int:
+    """Input elements per output element of a reduction (the largest input's)."""
+    out = max((_numel(t) for t in flat_tensors(node.meta.get("val"))), default=0)
+    read = max((_numel(t) for a in node.all_input_nodes for t in flat_tensors(a.meta.get("val"))), default=0)
+    return read // max(out, 1)
+
+
+def _splits_passes(node: fx.Node, members: set[fx.Node]) -> bool:
+    """Is ``node`` a reduction whose result the kernel uses, over enough elements to be a loop?"""
+    return (oplib.is_reduction(node) and _reduced_elements(node) >= PASS_REDUCTION_ELEMENTS
+            and any(r in members for r in readers(node)))
+
+
+def _read_events(group: list[fx.Node], members: set[fx.Node], inlined: set[fx.Node]) -> list[list[tuple[fx.Node, fx.Node]]]:
+    """The kernel's reads from outside it, ``(reader, argument)`` each, by pass: one pass
+    unless a reduction splits it (``_splits_passes``); a value computed in the kernel is
+    computed again in each pass that uses it (reading its inputs again), a reduction's result
+    is kept from its pass to the next."""
+    external: dict[fx.Node, set[tuple[fx.Node, fx.Node]]] = {}  # what computing a node reads
+    pass_of: dict[fx.Node, int] = {}
+    by_pass: dict[int, set[tuple[fx.Node, fx.Node]]] = {}
+    for node in group:  # graph order: a member's producers in the kernel come first
+        own: set[tuple[fx.Node, fx.Node]] = set()
+        number = 0
         for a in node.all_input_nodes:
-            if not flat_tensors(a.meta.get("val")) or _producer(a) in members or _producer(a) in inlined:
-                continue
+            producer = _producer(a)
+            if producer in members:
+                if _splits_passes(producer, members):
+                    number = max(number, pass_of[producer] + 1)
+                else:
+                    number = max(number, pass_of[producer])
+                    own |= external[producer]
+            elif flat_tensors(a.meta.get("val")) and producer not in inlined:
+                own.add((node, a))
+        external[node], pass_of[node] = own, number
+        by_pass.setdefault(number, set()).update(own)
+    return [sorted(by_pass[k], key=lambda e: (e[0].name, e[1].name)) for k in sorted(by_pass)]
+
+
+def _group_traffic(group: list[fx.Node], inlined: set[fx.Node] = frozenset(),
+                   inlining: Inlining | None = None) -> tuple[int, int, int]:
+    """(bytes read from outside the kernel, each storage once a pass; bytes the kernel
+    writes; the bytes it touches, each storage once). Values in ``inlined`` are computed
+    inside the kernel: nothing to read. Passes: ``_read_events``."""
+    members = set(group)
+    nwritten = sum(node_bytes(node) for node in group if written(node, members, inlining))
+    if any(_splits_passes(node, members) for node in group):
+        passes = _read_events(group, members, inlined)
+    else:  # one pass: each read once (the common case, without the per-node sets)
+        passes = [[(node, a) for node in group for a in node.all_input_nodes
+                   if flat_tensors(a.meta.get("val")) and _producer(a) not in members and _producer(a) not in inlined]]
+    read, touched = 0, {}
+    for events in passes:
+        reads: dict[fx.Node, int] = {}
+        for _, a in events:
             store, nbytes = _read_bytes(a)
             reads[store] = min(reads.get(store, 0) + nbytes, node_bytes(store))
-        if written(node, members, inlining):
-            nwritten += node_bytes(node)
-    return sum(reads.values()), nwritten
+        read += sum(reads.values())
+        for store, nbytes in reads.items():
+            touched[store] = max(touched.get(store, 0), nbytes)
+    return read, nwritten, sum(touched.values()) + nwritten
 
 
 def _kind(group: list[fx.Node]) -> str:
@@ -377,12 +433,13 @@ def estimate_group(group: list[fx.Node], profile: DeviceProfile, tf32: bool | No
     ``inlining``: the graph's store-or-inline memo (``written``)."""
     kind = _kind(group)
     flops = sum(node_flops(n) for n in group)
-    read, nwritten = _group_traffic(group, inlined, inlining)
+    read, nwritten, footprint = _group_traffic(group, inlined, inlining)
     if timer is not None and timer.covers(kind):
         measured = timer.time_kernel(group)
         if measured is not None:
             return KernelEstimate([n.name for n in group], kind, flops, read, nwritten, measured, "measured")
-    seconds, bound = roofline(flops, read + nwritten, profile, _dtype(group[-1]), kind == "compute", tf32)
+    seconds, bound = roofline(flops, read + nwritten, profile, _dtype(group[-1]), kind == "compute", tf32,
+                              footprint)
     return KernelEstimate([n.name for n in group], kind, flops, read, nwritten, seconds + profile.launch_overhead,
                           bound)
 

@@ -124,11 +124,16 @@ GPU_PROFILES: list[tuple[tuple[str, ...], DeviceProfile]] = [
 ]
 
 # Uncalibrated CPU: one modern x86 core with AVX2 FMA per thread (about 50 GFLOP/s fp32
-# matmul, so 25e9 elementwise ops/s), 20 GB/s DRAM, 50 GB/s last-level cache, 5 us per
-# eager op / kernel call.
+# matmul, so 25e9 elementwise ops/s), 50 GB/s from its own (L2) cache of 2 MiB, 20 GB/s
+# beyond it, 5 us per eager op / kernel call. One thread streams at the cache's rate only
+# from the cache it does not share: on the project's Intel Xeon (2 MiB L2 a core, 300 MiB of
+# L3 shared), an add over 256 KiB operands runs at 54-67 GB/s, over 2-16 MiB at 17-19 GB/s
+# (Inductor's generated kernels 13-17 GB/s), like memory (bench/results/cpu/
+# cpu_rates_20261129). A fixed size, not this machine's: the default plans are the same on
+# every machine (AMD's Zen 4 cores have 1 MiB, Intel's server cores 1.25-2 MiB).
 DEFAULT_CPU = DeviceProfile(
     "cpu (default, uncalibrated)", {"fp32": 50e9, "fp64": 25e9, "bf16": 25e9}, vector_flops=25e9,
-    bandwidth=20e9, launch_overhead=5e-6, cache_bytes=None, cache_bandwidth=50e9,
+    bandwidth=20e9, launch_overhead=5e-6, cache_bytes=2 * 2**20, cache_bandwidth=50e9,
     source="fxremat default (not measured)")
 
 
@@ -148,13 +153,23 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _llc_bytes() -> int | None:
-    """Size of the largest CPU cache Linux reports, or None."""
+def _private_cache_bytes() -> int | None:
+    """Size of the largest cache Linux reports for the first core that no other core shares
+    (its hardware threads may: ``shared_cpu_list`` no wider than ``thread_siblings_list``),
+    or None."""
+    cpu = pathlib.Path("/sys/devices/system/cpu/cpu0")
+    try:
+        siblings = (cpu / "topology" / "thread_siblings_list").read_text().strip()
+    except OSError:
+        siblings = "0"
     sizes = []
-    for index in pathlib.Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+    for index in (cpu / "cache").glob("index*"):
         try:
             text = (index / "size").read_text().strip()
+            shared = (index / "shared_cpu_list").read_text().strip()
         except OSError:
+            continue
+        if shared not in ("0", siblings):
             continue
         scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
         sizes.append(int(text.rstrip("KMG")) * scale)
@@ -181,7 +196,8 @@ def _median_time(fn: Callable[[], Any], repeats: int, sync: Callable[[], None] =
 
 
 # Bumped whenever what calibrate_cpu measures changes, so older cached entries are not used.
-CALIBRATION_VERSION = 2
+# 3: the cache is the core's own (L2), not the shared last level.
+CALIBRATION_VERSION = 3
 
 
 def _cpu_key() -> str:
@@ -208,9 +224,11 @@ def calibrate_cpu(*, force: bool = False, directory: str | os.PathLike | None = 
     in ``<cache dir>/cpu_profile.json``, keyed by CPU model, thread count and torch
     version (and ``CALIBRATION_VERSION``); a cached entry is reused unless ``force``. Takes about a second.
 
-    Measured: fp32/fp64/bf16 ``mm`` of 512x512 matrices (FLOP/s), a copy of twice the
-    last-level cache (memory bandwidth: bytes read + written per second), a copy of an
-    eighth of it (cache bandwidth), and a 4-element add (per-op overhead); medians, after a
+    Measured: fp32/fp64/bf16 ``mm`` of 512x512 matrices (FLOP/s), a copy of 64 MiB (memory
+    bandwidth: bytes read + written per second; beyond a core's share of any cache), a copy
+    within the core's own cache (cache bandwidth: source and destination half of it;
+    ``DEFAULT_CPU``'s 2 MiB where Linux does not say), and a 4-element add (per-op
+    overhead); medians, after a
     short warm-up each. The elementwise rate is half the fp32 matmul rate: both run on the
     same SIMD FMA units, a matmul's FMA counting 2 FLOPs, a pointwise op's instruction one
     (checked against Inductor's C++ for a chain of adds and muls: within 10% on an AMD EPYC)."""
@@ -220,22 +238,22 @@ def calibrate_cpu(*, force: bool = False, directory: str | os.PathLike | None = 
     cached = _read_json(path)
     if not force and key in cached:
         return _profile_from_json(cached[key])
-    llc = _llc_bytes()
+    private = _private_cache_bytes() or DEFAULT_CPU.cache_bytes
     matmul = {}
     for cls, dtype in (("fp32", torch.float32), ("fp64", torch.float64), ("bf16", torch.bfloat16)):
         a, b = torch.randn(512, 512, dtype=dtype), torch.randn(512, 512, dtype=dtype)
         matmul[cls] = 2 * 512**3 / _median_time(lambda: torch.mm(a, b), 15, warmup_s=0.1)
-    big = 2 * (llc or 32 * 2**20)
+    big = 64 * 2**20
     src, dst = torch.ones(big // 4), torch.empty(big // 4)
     bandwidth = 2 * big / _median_time(lambda: dst.copy_(src), 7, warmup_s=0.03)
-    small = (llc or 32 * 2**20) // 8
+    small = private // 4
     src_c, dst_c = src[: small // 4].clone(), dst[: small // 4]
     cache_bandwidth = 2 * small / _median_time(lambda: dst_c.copy_(src_c), 21, warmup_s=0.02)
     tiny, tiny_out = torch.ones(4), torch.empty(4)
     launch = _median_time(lambda: torch.add(tiny, 1.0, out=tiny_out), 201, warmup_s=0.01)
     profile = DeviceProfile(
         f"cpu: {_cpu_name()}, {torch.get_num_threads()} threads", matmul, vector_flops=matmul["fp32"] / 2,
-        bandwidth=bandwidth, launch_overhead=launch, cache_bytes=llc, cache_bandwidth=cache_bandwidth,
+        bandwidth=bandwidth, launch_overhead=launch, cache_bytes=private, cache_bandwidth=cache_bandwidth,
         source=f"calibrated {time.strftime('%Y-%m-%d')} (fxremat.costmodel.calibrate_cpu), torch {torch.__version__}")
     cached[key] = profile.to_json()
     _write_json(path, cached)
@@ -248,14 +266,14 @@ def _profile_from_json(data: dict) -> DeviceProfile:
 
 def cpu_profile(calibrate: bool = False, *, directory: str | os.PathLike | None = None) -> DeviceProfile:
     """This CPU's calibrated profile if one is cached (or ``calibrate``: measure it now),
-    else ``DEFAULT_CPU`` with this machine's cache size."""
+    else ``DEFAULT_CPU``."""
     if calibrate:
         return calibrate_cpu(directory=directory)
     path = (pathlib.Path(directory) if directory is not None else cache_dir()) / "cpu_profile.json"
     cached = _read_json(path).get(_cpu_key())
     if cached:
         return _profile_from_json(cached)
-    return dataclasses.replace(DEFAULT_CPU, cache_bytes=_llc_bytes())
+    return DEFAULT_CPU
 
 
 def gpu_profile(device_name: str) -> DeviceProfile | None:

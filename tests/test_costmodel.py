@@ -89,6 +89,39 @@ def test_softmax_reads_its_input_once_and_writes_output_and_row_statistics():
     assert kernel.bytes_written == x.numel() * 4 + 64 * 4  # the output, and the reduction's result
 
 
+def test_a_long_reduction_makes_its_users_a_second_pass_that_reads_the_input_again():
+    # A batch norm's shape: per channel over batch and pixels (2,048 elements a channel), the
+    # normalized output computed from the statistics: Inductor's kernel loops over the data
+    # twice, once to reduce and once to normalize, reading x each time.
+    x = torch.randn(8, 16, 16, 16)
+
+    def batch_norm(x):
+        var, mean = torch.var_mean(x, dim=(0, 2, 3), keepdim=True, correction=0)
+        return (x - mean) * torch.rsqrt(var + 1e-5)
+
+    (kernel,) = costmodel.estimate_graph(_trace(batch_norm, x), PROFILE).per_group
+    assert kernel.bytes_read == 2 * x.numel() * 4
+    # Its two passes touch x once: with x in the cache, the cache's rate, for both passes.
+    cached = dataclasses.replace(PROFILE, vector_flops=1e13, cache_bytes=3 * x.numel() * 4, cache_bandwidth=1e11)
+    (kernel,) = costmodel.estimate_graph(_trace(batch_norm, x), cached).per_group
+    assert kernel.seconds == pytest.approx(kernel.bytes_moved / 1e11 + cached.launch_overhead)
+    # A short reduction (a row of 16 under a layer norm) is no loop of its own: one pass.
+    y = torch.randn(512, 16)
+    gm = _trace(lambda y: (y - y.mean(dim=1, keepdim=True)) * 2.0, y)
+    (kernel,) = costmodel.estimate_graph(gm, PROFILE).per_group
+    assert kernel.bytes_read == y.numel() * 4
+    # What a pass computes from the kernel's inputs is computed, from them, again in the next:
+    # xc is the centred input, read by the reduction and by the output after it.
+    def backward_like(x, g):
+        xc = x - 1.0
+        s = (g * xc).sum(dim=(0, 2, 3), keepdim=True)
+        return g - xc * s
+
+    gm = _trace(backward_like, x, torch.randn_like(x))
+    (kernel,) = costmodel.estimate_graph(gm, PROFILE).per_group
+    assert kernel.bytes_read == 4 * x.numel() * 4  # x and g, each in both passes
+
+
 def test_views_are_free_and_an_expanded_read_counts_its_storage():
     x, bias = torch.randn(128, 64), torch.randn(64)
     gm = _trace(lambda x, b: (x.t() + b.view(64, 1).expand(64, 128)).relu(), x, bias)
