@@ -171,7 +171,8 @@ def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Nod
             candidates.append(k)
             carried.append(storage_bytes(live, inputs))
     weight = _weights(order, cost, weigh_memory)
-    narrow = _narrow_cuts(candidates, carried) if weigh_memory else []
+    narrow = _narrow_cuts(candidates, carried, [_boundary_depth(order[k], order[k + 1]) for k in candidates]
+                          ) if weigh_memory else []
     cuts = _choose_cuts(candidates, narrow, weight, max_stages)
     while True:
         lin = _stages(order, cuts, last_fwd_use, backward, saved, free, forward, pinned)
@@ -185,7 +186,21 @@ def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Nod
 NARROW = 0.75  # a narrow cut carries at most this fraction of the widest cut on either side of it
 
 
-def _narrow_cuts(candidates: list[int], carried: list[int]) -> list[int]:
+def _boundary_depth(before: fx.Node, after: fx.Node) -> int:
+    """How deep in the module tree a cut between these two ops lies: the number of module
+    names their paths (``joint.module_path``) share. 0 between two top-level modules;
+    between a block's last op and the next block's first, the depth of the list holding the
+    blocks; inside a block, more."""
+    from .joint import module_path
+    shared = 0
+    for a, b in zip(module_path(before).split("."), module_path(after).split(".")):
+        if a != b or not a:
+            break
+        shared += 1
+    return shared
+
+
+def _narrow_cuts(candidates: list[int], carried: list[int], depth: list[int] | None = None) -> list[int]:
     """The candidate cuts that carry markedly fewer bytes than the cuts around them: where
     a block's output alone crosses, between a transformer's attention and its MLP, between
     two residual blocks. They are the cheapest checkpoints a chain solver can keep, and
@@ -197,11 +212,23 @@ def _narrow_cuts(candidates: list[int], carried: list[int]) -> list[int]:
     A cut is narrow when it is a local minimum of the carried bytes (of a run of equal
     ones, the first) and carries at most ``NARROW`` of the widest cut on each side of it
     up to the next cut that carries as little (its prominence, as of a valley between
-    peaks): a plain CNN's cuts that differ by a batch norm's statistics are not."""
-    runs: list[tuple[int, int]] = []  # (first candidate of a run of equal bytes, bytes)
-    for k, b in zip(candidates, carried):
+    peaks): a plain CNN's cuts that differ by a batch norm's statistics are not.
+
+    Of a run of equal cuts, the one at the shallowest module boundary (``depth``, per
+    candidate: ``_boundary_depth``), the first of those: a bottleneck ResNet's block ends
+    with its residual add and a ReLU, and the cut after the add carries as much as the
+    cut after the ReLU; the block's end is the latter, and keeping it is per-block
+    checkpointing (cut after the add, 14 of the frontier ResNet-50's 48 stages began
+    with the ReLU of the block before, recomputed with its batch norm in the backward)."""
+    depth = depth or [0] * len(candidates)
+    runs: list[tuple[int, int]] = []  # (the run's chosen candidate, bytes)
+    chosen_depth = 0
+    for k, b, d in zip(candidates, carried, depth):
         if not runs or runs[-1][1] != b:
             runs.append((k, b))
+            chosen_depth = d
+        elif d < chosen_depth:
+            runs[-1], chosen_depth = (k, b), d
     found = []
     for i, (k, b) in enumerate(runs):
         peaks = []

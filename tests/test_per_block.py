@@ -25,6 +25,36 @@ def test_narrow_cuts_are_the_valleys_of_the_carried_bytes():
     assert chain._narrow_cuts(list(range(len(carried))), carried) == [4, 10]  # the first of a run
     # A plain CNN's cuts that differ by a batch norm's statistics are no valleys.
     assert chain._narrow_cuts([0, 1, 2, 3, 4], [1000, 1008, 1000, 1008, 1000]) == []
+    # Of a run of equal cuts, the one at the shallowest module boundary: a bottleneck block's
+    # cut after its ReLU (depth 1: "layer1.0.relu" | "layer1.1.conv1") rather than after its
+    # residual add (depth 2: "layer1.0" | "layer1.0.relu").
+    carried, depth = [3, 2, 1, 1, 2, 3], [2, 2, 2, 1, 2, 2]
+    assert chain._narrow_cuts(list(range(6)), carried, depth) == [3]
+    assert chain._narrow_cuts(list(range(6)), carried, [2] * 6) == [2]
+
+
+def test_a_bottleneck_resnets_blocks_end_stages():
+    # Each block's last op (the ReLU after the residual add) ends a stage: "keep each block's
+    # output, recompute the next block" is a plan the chain contains. (Before: the cut fell
+    # after the add, which carries as much, and the next stage began with the ReLU.)
+    from fxremat.joint import module_path
+    built = bench_module("frontier_models").build("resnet50", "tiny", {"depths": (2, 2, 1, 1)})
+    lin = linearization_of(built.model, *built.batch)
+
+    def block(n):
+        parts = module_path(n).split(".")
+        return ".".join(parts[:2]) if parts[0] == "blocks" and len(parts) > 1 else None
+
+    ends = {st.forward[-1] for st in lin.stages if st.forward}
+    order = [n for st in lin.stages for n in st.forward]
+    last_of_block = {}
+    for n in order:
+        if block(n) is not None:
+            last_of_block[block(n)] = n
+    assert len(last_of_block) == 6
+    assert all(n.target is torch.ops.aten.relu.default for n in last_of_block.values())
+    # (The last block's output is pooled into a smaller value: the cut after the pool is narrower.)
+    assert [b for b, n in list(last_of_block.items())[:-1] if n not in ends] == []
 
 
 def _least_budget(model, batch, options) -> fxremat.BudgetError:
