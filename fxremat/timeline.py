@@ -497,6 +497,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     owner: dict[str, fx.Node] = {}  # a storage -> the node whose value it holds (its own, or an input's)
 
     layout_memo: dict[fx.Node, str | None] = {}
+    channels_last_memo: dict[fx.Node, bool] = {}  # ``_laid_out_channels_last``'s, one a graph
 
     def graph_relayouts() -> bool:
         nonlocal relayouts
@@ -507,7 +508,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     def layouts(n: fx.Node) -> str | None:
         if n not in layout_memo:
             layout_memo[n] = _inductor_layout(n, inlining, prefers_channels_last, channels_last_inputs,
-                                              graph_relayouts)
+                                              graph_relayouts, channels_last_memo)
         return layout_memo[n]
     for node in gm.graph.nodes:
         base = base_of[node] = _storage_of(node, base_of)
@@ -893,7 +894,8 @@ _VIEWS_FREEZING_CONTIGUOUS = frozenset({torch.ops.aten.view.default, torch.ops.a
 
 
 def _inductor_layout(node: fx.Node, inlining: Inlining, prefers_channels_last: set[fx.Node],
-                     channels_last_inputs: set[str], relayouts: Callable[[], bool]) -> str | None:
+                     channels_last_inputs: set[str], relayouts: Callable[[], bool],
+                     channels_last_memo: dict[fx.Node, bool] | None = None) -> str | None:
     """How Inductor lays out the buffer of this value, where that is fixed apart from how its
     own kernel reads: ``"channels_last"``, ``"contiguous"``, or None (a layout Inductor picks
     from the order its kernel reads its inputs in, which includes the buffer it would be
@@ -915,7 +917,10 @@ def _inductor_layout(node: fx.Node, inlining: Inlining, prefers_channels_last: s
       (``_laid_out_channels_last``), else left to its kernel;
     - a pointwise value Inductor writes where it is computed (``StorageBox.mark_reuse``: several
       readers) and reshapes (``View.create`` freezes its flexible layout contiguous);
-    - another input: the strides it arrives in."""
+    - another input: the strides it arrives in.
+
+    ``channels_last_memo``: the graph's memo for ``_laid_out_channels_last`` (a fresh one per
+    call walks a value's pointwise ancestry again each time)."""
     val = node.meta.get("val")
     if (not isinstance(val, torch.Tensor) or val.dim() != 4
             or val.shape[1] == 1 or val.shape[2] * val.shape[3] == 1):  # one order
@@ -942,8 +947,9 @@ def _inductor_layout(node: fx.Node, inlining: Inlining, prefers_channels_last: s
         # channels-last input. A small bottleneck ResNet's batch-norm gradient, read by the
         # convolution backward alone in a backward without the layout optimization, is written
         # over the saved convolution output it reads, channels-last.)
-        return "channels_last" if _laid_out_channels_last(node, prefers_channels_last, channels_last_inputs,
-                                                          {}) else None
+        laid_out = _laid_out_channels_last(node, prefers_channels_last, channels_last_inputs,
+                                           {} if channels_last_memo is None else channels_last_memo)
+        return "channels_last" if laid_out else None
     if len(node.users) > 1 and not inlining.fused_away(node) and any(
             u.target in _VIEWS_FREEZING_CONTIGUOUS and isinstance(u.meta.get("val"), torch.Tensor)
             and tuple(u.meta["val"].shape) != tuple(val.shape) for u in node.users):
