@@ -19,19 +19,21 @@ bytes are inputs read plus outputs written, views free; time =
 **Per graph** (``kernel_groups``, ``estimate_graph``): fusible ops (``oplib.is_fusible``:
 pointwise, reductions, copies) joined to their fusible producers form one kernel, as
 Inductor fuses them; compute-intensive and unfusible ops are kernels of their own (library
-calls). A kernel moves its external reads (each storage once) plus the values it
+calls). A kernel moves its external reads (each storage once a pass) plus the values it
 materializes (``timeline.Inlining`` says which it never writes; a value another kernel
 reads is written), so a chain of pointwise ops moves its bytes once; it costs its roofline
-time plus one launch overhead.
+time plus one launch overhead. A reduction over at least ``PASS_REDUCTION_ELEMENTS``
+elements per output is a loop of its own: what the kernel computes from its result is a
+second pass, which reads the kernel's inputs again (a batch norm's normalized output).
 
 **Measured mode** (``OpTimer``, in ``optimer.py``): time kernels on the device with random
 inputs of the nodes' shapes, strides and dtypes, cached on disk; by default only the library
 kernels (matmul, convolution, unfusible ops), keeping the roofline for fused kernels;
 ``scope="all"`` times those too (op by op: an upper bound).
 
-Approximations, stated: bandwidth is the last-level cache's for a kernel moving less than
-the cache holds (when the profile knows the cache; datasheets give no L2 bandwidth, so GPU
-profiles always use HBM bandwidth), otherwise the memory's; whether a kernel's output
+Approximations, stated: bandwidth is the cache's for a kernel touching less than the
+cache holds (on a CPU the core's own cache, ``DeviceProfile.cache_bytes``; datasheets give no
+L2 bandwidth, so GPU profiles always use HBM bandwidth), otherwise the memory's; whether a kernel's output
 buffer is still in cache (Inductor reusing a just-freed buffer, or a cold one) is not
 modelled, and on CPU it can change a pointwise kernel's time by 2x (bench/runtime_ranking.py);
 kernels do not overlap; the fusion groups follow fxremat's op classes, not Inductor's

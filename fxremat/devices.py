@@ -8,8 +8,8 @@ ops (matmul, convolution, attention: tensor cores where the device has them), th
 elementwise rate for everything else, memory bandwidth, and a per-kernel launch overhead. GPUs
 use dense (no-sparsity) vendor datasheet figures (``H100_SXM``, ``H100_PCIE``, ``H200``,
 ``A100_80GB``, ``A100_80GB_PCIE``, matched by device name through ``GPU_PROFILES``); the CPU
-profile is measured on the machine (``calibrate_cpu``: matmuls, a large and a cache-sized
-copy, a tiny op; about a second) and cached in ``$FXREMAT_CACHE_DIR`` or
+profile is measured on the machine (``calibrate_cpu``: matmuls, a large copy and one within
+the core's own cache, a tiny op; about a second) and cached in ``$FXREMAT_CACHE_DIR`` or
 ``~/.cache/fxremat``, with a documented default (``DEFAULT_CPU``) when it is not calibrated.
 The JSON cache helpers and ``_median_time`` here are shared with the measured mode
 (``optimer.py``).
@@ -40,8 +40,9 @@ class DeviceProfile:
     ``"fp32"``. ``vector_flops``: simple fp32 elementwise operations per second for everything
     else (CUDA cores, SIMD units): one per element per op, so half the FMA-counted FP32 peak
     (a fused multiply-add is 2 FLOPs in datasheets and matmul counts, one instruction here).
-    ``bandwidth``: main-memory bytes/s. ``cache_bytes``/``cache_bandwidth``: the last-level
-    cache, used for kernels that move less than it holds, when both are known.
+    ``bandwidth``: main-memory bytes/s. ``cache_bytes``/``cache_bandwidth``: the cache one
+    thread streams from at its own rate (on a CPU the core's private cache, not a shared last
+    level), used for kernels that touch less than it holds, when both are known.
     ``launch_overhead``: seconds per kernel. ``source``: where the figures come from.
     """
 
