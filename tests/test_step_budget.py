@@ -177,7 +177,10 @@ def test_earlier_graphs_are_planned_again_to_leave_a_later_graph_its_least():
 
     # Lower, graph 1 cannot leave graph 2 its least: the second step raises, naming a budget
     # at which the step fits.
-    compiled = _compiled(model, int(0.6 * (held + loss_graph.predicted_peak_bytes)))
+    # (0.6 of it fits since the blocks' ends are cuts of the chain, 2026-11-29. Known: the
+    # step's least is not monotone here: lower still, at 3.5-3.6 MB (0.53-0.55 of it), graph 1's
+    # first plan leaves graph 2 its least and the step fits, where 3.7 MB names 3.89 MB.)
+    compiled = _compiled(model, int(0.57 * (held + loss_graph.predicted_peak_bytes)))
     assert len(_step(compiled, model, x)) == 1
     with pytest.raises(fxremat.BudgetError) as error:
         _step(compiled, model, x)
