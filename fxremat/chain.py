@@ -31,6 +31,7 @@ import dataclasses
 import torch.fx as fx
 
 from . import _compat, oplib
+from .joint import module_path
 from .passes import rotor
 from .passes.memory import Step, simulate
 from .sizes import incoming_gradient_held, is_multi_output, is_tensor_node, node_bytes, storage_bytes, storage_of
@@ -191,7 +192,6 @@ def _boundary_depth(before: fx.Node, after: fx.Node) -> int:
     names their paths (``joint.module_path``) share. 0 between two top-level modules;
     between a block's last op and the next block's first, the depth of the list holding the
     blocks; inside a block, more."""
-    from .joint import module_path
     shared = 0
     for a, b in zip(module_path(before).split("."), module_path(after).split(".")):
         if a != b or not a:

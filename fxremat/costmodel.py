@@ -372,9 +372,10 @@ def _splits_passes(node: fx.Node, members: set[fx.Node]) -> bool:
             and any(r in members for r in readers(node)))
 
 
-def _read_events(group: list[fx.Node], members: set[fx.Node], inlined: set[fx.Node]) -> list[list[tuple[fx.Node, fx.Node]]]:
+def _read_events(group: list[fx.Node], members: set[fx.Node], inlined: set[fx.Node],
+                 splits: set[fx.Node]) -> list[list[tuple[fx.Node, fx.Node]]]:
     """The kernel's reads from outside it, ``(reader, argument)`` each, by pass: one pass
-    unless a reduction splits it (``_splits_passes``); a value computed in the kernel is
+    unless a reduction in ``splits`` (``_splits_passes``) splits it; a value computed in the kernel is
     computed again in each pass that uses it (reading its inputs again), a reduction's result
     is kept from its pass to the next."""
     external: dict[fx.Node, set[tuple[fx.Node, fx.Node]]] = {}  # what computing a node reads
@@ -386,7 +387,7 @@ def _read_events(group: list[fx.Node], members: set[fx.Node], inlined: set[fx.No
         for a in node.all_input_nodes:
             producer = _producer(a)
             if producer in members:
-                if _splits_passes(producer, members):
+                if producer in splits:
                     number = max(number, pass_of[producer] + 1)
                 else:
                     number = max(number, pass_of[producer])
@@ -405,8 +406,9 @@ def _group_traffic(group: list[fx.Node], inlined: set[fx.Node] = frozenset(),
     inside the kernel: nothing to read. Passes: ``_read_events``."""
     members = set(group)
     nwritten = sum(node_bytes(node) for node in group if written(node, members, inlining))
-    if any(_splits_passes(node, members) for node in group):
-        passes = _read_events(group, members, inlined)
+    splits = {node for node in group if _splits_passes(node, members)}
+    if splits:
+        passes = _read_events(group, members, inlined, splits)
     else:  # one pass: each read once (the common case, without the per-node sets)
         passes = [[(node, a) for node in group for a in node.all_input_nodes
                    if flat_tensors(a.meta.get("val")) and _producer(a) not in members and _producer(a) not in inlined]]
