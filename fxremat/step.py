@@ -20,7 +20,9 @@ graph is planned within the budget less what the graphs before it hold (issue #2
   (``handed_back``). A graph whose
   least-memory plan needs more than the budget leaves it (``N``) runs at that least plan for
   this one step, with a ``BudgetWarning`` that says by how much the step is over, and reserves
-  ``N`` from every graph held across it: once the step has ended (the ledger is empty), each is
+  ``N`` from every graph held across it (so does a later graph that fits but keeps parameter
+  gradients through the backward of a held graph that did not count them and would be over
+  with them: ``_charge_kept``): once the step has ended (the ledger is empty), each is
   planned again (a recompile, with the inputs of its next call) within ``budget - held`` with
   ``N`` needed between its forward and its backward, and so is the later graph, within what
   they then leave. From the next step on the step meets
@@ -123,7 +125,9 @@ class StepGraph:
         self.outputs_alias_inputs = _outputs_alias_inputs(gm)
         self.stale_in: int | None = None  # plan again once the step numbered so has ended
         self.saved_bytes = self.peak = 0
-        self.output_grad_bytes = 0  # the gradients of its outputs: its backward's incoming gradients
+        self.backward_peak = 0  # its plans' predicted peak in their backward, where later graphs' gradients are kept
+        # The gradients of its outputs, its backward's incoming gradients: as traced, until a call has run.
+        self.output_grad_bytes = _output_grad_bytes(gm)
         self.output_bytes = 0  # its outputs' storages (not its inputs'), held across the step
         self.parameter_grad_bytes = 0  # the gradients of the parameters it is called with, kept to the end
         self.reduced_grad_bytes = 0  # those FSDP2 reduce-scatters and frees after its backward instead
@@ -272,6 +276,10 @@ class StepGraph:
         self.peak = (self._figures()[0] if self.repeats > 1 else
                      max((p.predicted_peak_bytes for p in plans), default=0))
         self.graph_ids = ", ".join(p.graph_id for p in plans)
+        self.backward_peak = max((r["live_bytes"] for p in plans for r in p.timeline_records()
+                                  if r["phase"] == "backward"), default=0)
+        if over is None:
+            over = self._charge_kept(held_by, plans)
         self.warned = bool(over and over > 0)  # this step's excess is said already
         later_need, later_kept = self._later()
         for plan in plans:
@@ -279,6 +287,31 @@ class StepGraph:
                                   "reserved_for_later_graphs_bytes": later_need,
                                   "kept_by_later_graphs_bytes": later_kept, "calls_per_step": self.repeats,
                                   "graph_budget_bytes": plan.budget_bytes, **({"over_bytes": over} if over and over > 0 else {})}
+
+    def _charge_kept(self, held_by: list, plans) -> int | None:
+        """A later graph that fits beside the graphs held across it still keeps its parameter
+        gradients to the step's end, through their backwards. A held graph whose plan did not
+        count them and is predicted over the budget with them is asked to leave this graph its
+        peak and what it keeps (``reserve``), from the next step on; this step is said to be
+        over (the excess returned; None where none is)."""
+        kept = self._kept(plans)
+        over = None
+        for graph, _ in held_by:
+            extra = max(kept - graph.output_grad_bytes, 0) - graph._later()[1]
+            if extra <= 0:
+                continue
+            if graph.backward_peak + extra <= self.budget:
+                continue
+            graph.reserve(self.peak, kept)
+            over = max(over or 0, graph.backward_peak + extra - self.budget)
+        if over:
+            warnings.warn(BudgetWarning(
+                f"fxremat: memory_budget={self.budget} bytes ({format_bytes(self.budget)}) is the step's: graph "
+                f"{self.graph_ids} keeps {format_bytes(kept)} (its parameter gradients) to the step's end, through "
+                f"the backwards of the graphs before it, which did not count them: this step is predicted "
+                f"{format_bytes(over)} over the budget; once it has ended the earlier graphs are planned again "
+                f"leaving this one its {format_bytes(self.peak)} and what it keeps"), stacklevel=3)
+        return over
 
     def _cannot_leave(self, refusal: BudgetError, inputs: list) -> BudgetError:
         """The error for a graph whose plans cannot leave a later graph of the step what it
