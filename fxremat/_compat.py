@@ -67,17 +67,6 @@ def inductor_relayouts_convolutions(gm: fx.GraphModule) -> bool:
         return False
 
 
-def inductor_cpu_vector_bytes() -> int:
-    """The width in bytes of the SIMD vectors Inductor's C++ kernels use on this CPU (its
-    ``cpu_vec_isa.pick_vec_isa``: 64 for AVX-512, 32 for AVX2); 0 where it picks none."""
-    try:
-        from torch._inductor.cpu_vec_isa import pick_vec_isa
-
-        return pick_vec_isa().bit_width() // 8
-    except Exception:  # no vector ISA, or the module moved
-        return 0
-
-
 def inductor_prefers_channels_last(gm: fx.GraphModule) -> set[fx.Node]:
     """The nodes whose values Inductor's layout optimization lays out channels-last
     (``GraphLowering.find_nodes_prefer_channels_last``: a convolution's inputs and outputs,

@@ -137,15 +137,8 @@ class Context:
 
     def _device_and_timer(self):
         """The graph's device (or the profile it is costed with), and the timer of
-        ``cost_model="measured"`` (None: the roofline). Op by op (``compiler="eager"``) ATen's
-        kernels run, not Inductor's C++ with its vectors over the channels: a profile
-        without a vector width (``costmodel.PARTIAL_VECTOR_SLOWDOWN`` does not apply)."""
-        device = self.profile or graph_device(self.joint)
-        if self.options.compiler != "inductor":
-            from . import costmodel
-
-            device = dataclasses.replace(costmodel.profile_for(device), vector_bytes=0)
-        return device, self.timer
+        ``cost_model="measured"`` (None: the roofline)."""
+        return (self.profile or graph_device(self.joint)), self.timer
 
     def figures(self) -> tuple[Any, dict[str, float], dict[str, int]]:
         """What this context's plans were made with that a process measures for itself: the

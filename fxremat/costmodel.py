@@ -424,35 +424,6 @@ def _group_traffic(group: list[fx.Node], inlined: set[fx.Node] = frozenset(),
     return read, nwritten, sum(touched.values()) + nwritten
 
 
-# On the CPU Inductor lays out a graph with convolutions channels-last (``GraphLowering.
-# decide_layout_opt``: always where mkldnn runs them; a backward follows its saved inputs'
-# layout) and vectorizes its C++ kernels over the channels. Where a tensor's channels do not
-# fill whole vectors (8 fp32 channels in AVX-512's 64 bytes), every load and store is masked,
-# an in-place store stalls the next load, and a reduction over batch and pixels runs its
-# channels in a scalar loop: ResNet-50's 8-channel kernels measured 5.7-8.8x the roofline,
-# its kernels over whole vectors 1.2-1.8x (bench/kernel_estimates.py; bench/results/cpu/
-# ab_cost_passes_20261129). Such a kernel's time is the roofline's times this factor.
-PARTIAL_VECTOR_SLOWDOWN = 6.0
-_CONVOLUTION_TARGETS = (torch.ops.aten.convolution.default, torch.ops.aten.convolution_backward.default)
-
-
-def _partial_vectors(group: list[fx.Node], profile: DeviceProfile) -> bool:
-    """Does this kernel, on a CPU whose vectors Inductor fills over the channels, run over a
-    channels-last tensor whose channels fill part of a vector (``PARTIAL_VECTOR_SLOWDOWN``)?"""
-    if not profile.vector_bytes:
-        return False
-    graph = group[0].graph
-    if not any(graph.find_nodes(op="call_function", target=t) for t in _CONVOLUTION_TARGETS):
-        return False
-    for node in group:
-        for value in [node, *node.all_input_nodes]:
-            for t in flat_tensors(value.meta.get("val")):
-                channels = t.shape[1] if t.dim() == 4 else None
-                if isinstance(channels, int) and channels * t.element_size() % profile.vector_bytes:
-                    return True
-    return False
-
-
 def _kind(group: list[fx.Node]) -> str:
     if len(group) == 1 and oplib.is_compute_intensive(group[0]):
         return "compute"
@@ -473,8 +444,6 @@ def estimate_group(group: list[fx.Node], profile: DeviceProfile, tf32: bool | No
             return KernelEstimate([n.name for n in group], kind, flops, read, nwritten, measured, "measured")
     seconds, bound = roofline(flops, read + nwritten, profile, _dtype(group[-1]), kind == "compute", tf32,
                               footprint)
-    if kind != "compute" and _partial_vectors(group, profile):
-        seconds *= PARTIAL_VECTOR_SLOWDOWN
     return KernelEstimate([n.name for n in group], kind, flops, read, nwritten, seconds + profile.launch_overhead,
                           bound)
 

@@ -43,9 +43,7 @@ class DeviceProfile:
     ``bandwidth``: main-memory bytes/s. ``cache_bytes``/``cache_bandwidth``: the cache one
     thread streams from at its own rate (on a CPU the core's private cache, not a shared last
     level), used for kernels that touch less than it holds, when both are known.
-    ``launch_overhead``: seconds per kernel. ``vector_bytes``: the width of the SIMD vectors
-    Inductor's C++ kernels use (64 for AVX-512, 32 for AVX2; 0 where they are not modelled,
-    as on GPUs). ``source``: where the figures come from.
+    ``launch_overhead``: seconds per kernel. ``source``: where the figures come from.
     """
 
     name: str
@@ -56,7 +54,6 @@ class DeviceProfile:
     cache_bytes: int | None = None
     cache_bandwidth: float | None = None
     source: str = ""
-    vector_bytes: int = 0
 
     def peak_flops(self, dtype: torch.dtype, compute_intensive: bool, tf32: bool = False) -> float:
         if not compute_intensive:
@@ -134,13 +131,11 @@ GPU_PROFILES: list[tuple[tuple[str, ...], DeviceProfile]] = [
 # L3 shared), an add over 256 KiB operands runs at 54-67 GB/s, over 2-16 MiB at 17-19 GB/s
 # (Inductor's generated kernels 13-17 GB/s), like memory (bench/results/cpu/
 # cpu_rates_20261129). A fixed size, not this machine's: the default plans are the same on
-# every machine (AMD's Zen 4 cores have 1 MiB, Intel's server cores 1.25-2 MiB). Inductor's
-# C++ kernels use 64-byte vectors where the CPU has AVX-512 (Intel's server cores, AMD's Zen 4
-# and later), as here; also fixed (a calibrated profile has the machine's own).
+# every machine (AMD's Zen 4 cores have 1 MiB, Intel's server cores 1.25-2 MiB).
 DEFAULT_CPU = DeviceProfile(
     "cpu (default, uncalibrated)", {"fp32": 50e9, "fp64": 25e9, "bf16": 25e9}, vector_flops=25e9,
     bandwidth=20e9, launch_overhead=5e-6, cache_bytes=2 * 2**20, cache_bandwidth=50e9,
-    source="fxremat default (not measured)", vector_bytes=64)
+    source="fxremat default (not measured)")
 
 
 def cache_dir() -> pathlib.Path:
@@ -202,8 +197,8 @@ def _median_time(fn: Callable[[], Any], repeats: int, sync: Callable[[], None] =
 
 
 # Bumped whenever what calibrate_cpu measures changes, so older cached entries are not used.
-# 3: the cache is the core's own (L2), not the shared last level. 4: Inductor's vector width.
-CALIBRATION_VERSION = 4
+# 3: the cache is the core's own (L2), not the shared last level.
+CALIBRATION_VERSION = 3
 
 
 def _cpu_key() -> str:
@@ -238,8 +233,6 @@ def calibrate_cpu(*, force: bool = False, directory: str | os.PathLike | None = 
     short warm-up each. The elementwise rate is half the fp32 matmul rate: both run on the
     same SIMD FMA units, a matmul's FMA counting 2 FLOPs, a pointwise op's instruction one
     (checked against Inductor's C++ for a chain of adds and muls: within 10% on an AMD EPYC)."""
-    from ._compat import inductor_cpu_vector_bytes
-
     path = pathlib.Path(directory) if directory is not None else cache_dir()
     path = path / "cpu_profile.json"
     key = _cpu_key()
@@ -262,7 +255,6 @@ def calibrate_cpu(*, force: bool = False, directory: str | os.PathLike | None = 
     profile = DeviceProfile(
         f"cpu: {_cpu_name()}, {torch.get_num_threads()} threads", matmul, vector_flops=matmul["fp32"] / 2,
         bandwidth=bandwidth, launch_overhead=launch, cache_bytes=private, cache_bandwidth=cache_bandwidth,
-        vector_bytes=inductor_cpu_vector_bytes(),
         source=f"calibrated {time.strftime('%Y-%m-%d')} (fxremat.costmodel.calibrate_cpu), torch {torch.__version__}")
     cached[key] = profile.to_json()
     _write_json(path, cached)

@@ -122,32 +122,6 @@ def test_a_long_reduction_makes_its_users_a_second_pass_that_reads_the_input_aga
     assert kernel.bytes_read == 4 * x.numel() * 4  # x and g, each in both passes
 
 
-def test_channels_that_fill_part_of_a_vector_slow_a_cpu_kernel_after_a_convolution():
-    # Inductor lays a CPU graph with convolutions out channels-last and vectorizes over the
-    # channels: 8 fp32 channels fill half of a 64-byte vector (masked loads and stores, scalar
-    # reduction tails), 16 a whole one.
-    def conv_bn_relu(x, w):
-        y = F.conv2d(x, w, padding=1)
-        var, mean = torch.var_mean(y, dim=(0, 2, 3), keepdim=True, correction=0)
-        return ((y - mean) * torch.rsqrt(var + 1e-5)).relu()
-
-    vectors = dataclasses.replace(PROFILE, vector_bytes=64)
-    seconds = {}
-    for channels in (8, 16):
-        x, w = torch.randn(8, channels, 32, 32), torch.randn(channels, channels, 3, 3)
-        for name, profile in (("plain", PROFILE), ("vectors", vectors)):
-            (fused,) = [k for k in costmodel.estimate_graph(_trace(conv_bn_relu, x, w), profile).per_group
-                        if k.kind != "compute"]
-            seconds[channels, name] = fused.seconds - profile.launch_overhead
-    assert seconds[8, "vectors"] == pytest.approx(costmodel.PARTIAL_VECTOR_SLOWDOWN * seconds[8, "plain"])
-    assert seconds[16, "vectors"] == pytest.approx(seconds[16, "plain"])
-    # Without a convolution Inductor keeps the traced (contiguous) layout: no slowdown.
-    x = torch.randn(8, 8, 32, 32)
-    gm = _trace(lambda x: (x - x.mean(dim=(0, 2, 3), keepdim=True)).relu(), x)
-    assert costmodel.estimate_graph(gm, vectors).total_s == pytest.approx(costmodel.estimate_graph(gm, PROFILE).total_s)
-    assert devices.DEFAULT_CPU.vector_bytes == 64 and devices.H100_SXM.vector_bytes == 0
-
-
 def test_views_are_free_and_an_expanded_read_counts_its_storage():
     x, bias = torch.randn(128, 64), torch.randn(64)
     gm = _trace(lambda x, b: (x.t() + b.view(64, 1).expand(64, 128)).relu(), x, bias)
