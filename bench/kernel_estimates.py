@@ -12,7 +12,7 @@ diagnostic for issue #26 (a few kernels far slower than their bytes), CPU only; 
 Run it with an empty ``TORCHINDUCTOR_CACHE_DIR``: each kernel is also marked by whether its
 generated C++ fills only part of its vectors (``partial_vectors``), read from that directory.
 """
-import collections, os, statistics, sys, json
+import collections, glob, json, os, re, statistics, sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE); sys.path.insert(0, os.path.dirname(HERE))
 import torch
@@ -97,7 +97,6 @@ for name, (_, gms) in sides.items():
 # Which kernels fill only part of their vectors, from Inductor's generated C++ (its cache
 # directory): a vectorized loop whose extent is not a multiple of its step (8 channels in
 # steps of 16 fp32 lanes), or a scalar tail loop.
-import glob, re
 from torch._inductor.runtime.cache_dir_utils import cache_dir as inductor_cache_dir
 source = {}
 for path in glob.glob(os.path.join(inductor_cache_dir(), "**", "*.py"), recursive=True):

@@ -171,13 +171,17 @@ class StepGraph:
         first step on."""
         return max(self.reserved[0], self.handed_back), self.reserved[1]
 
+    def kept_beyond_incoming(self, kept: int) -> int:
+        """Of what later graphs keep to the step's end, the part this graph's plan must count:
+        that includes the gradients of this graph's outputs (Hugging Face GPT-2's loss graph:
+        the logits' gradient), which its plan counts already as its incoming gradients,
+        through its backward: counted once."""
+        return max(kept - self.output_grad_bytes, 0)
+
     def reserve(self, nbytes: int, kept: int) -> None:
         """A later graph needs ``nbytes`` while this one is held, and keeps ``kept`` of them
         to the step's end: leave it that, from the next step."""
-        # What the later graph keeps includes the gradients of this graph's outputs (Hugging
-        # Face GPT-2's loss graph: the logits' gradient), which this graph's plan counts
-        # already as its incoming gradients, through its backward: counted once.
-        kept = max(kept - self.output_grad_bytes, 0)
+        kept = self.kept_beyond_incoming(kept)
         before = self._later()
         self.reserved = (max(nbytes, self.reserved[0]), max(kept, self.reserved[1]))
         if self._later() != before:
@@ -276,7 +280,7 @@ class StepGraph:
         self.peak = (self._figures()[0] if self.repeats > 1 else
                      max((p.predicted_peak_bytes for p in plans), default=0))
         self.graph_ids = ", ".join(p.graph_id for p in plans)
-        self.backward_peak = max((r["live_bytes"] for p in plans for r in p.timeline_records()
+        self.backward_peak = max((r["live_bytes"] for p in plans for r in p.timeline.as_records()
                                   if r["phase"] == "backward"), default=0)
         if over is None:
             over = self._charge_kept(held_by, plans)
@@ -297,7 +301,7 @@ class StepGraph:
         kept = self._kept(plans)
         over = None
         for graph, _ in held_by:
-            extra = max(kept - graph.output_grad_bytes, 0) - graph._later()[1]
+            extra = graph.kept_beyond_incoming(kept) - graph._later()[1]
             if extra <= 0:
                 continue
             if graph.backward_peak + extra <= self.budget:
@@ -616,7 +620,7 @@ def _plan_together(batch: list[StepGraph], caller: StepGraph, args) -> None:
         warnings.simplefilter("ignore", BudgetWarning)  # said for the step as run, not this prediction
         held_by = []
         for graph, (need, kept) in zip(batch, later):
-            graph.reserved, graph.stale_in = (need, max(kept - _output_grad_bytes(graph.gm), 0)), None
+            graph.reserved, graph.stale_in = (need, graph.kept_beyond_incoming(kept)), None
             graph._build(list(args) if graph is caller else _traced_inputs(graph.gm), held_by=held_by)
             held_by.append((graph, graph.predicted_hold()))
 
@@ -698,7 +702,7 @@ def _step_least(batch: list[StepGraph], caller: StepGraph, args) -> tuple[int, l
     for graph, calls in reversed(_runs(batch)):
         needs.append((need, kept))
         inputs = list(args) if graph is caller else _traced_inputs(graph.gm)
-        later = (max(need, graph.handed_back), max(kept - _output_grad_bytes(graph.gm), 0))
+        later = (max(need, graph.handed_back), graph.kept_beyond_incoming(kept))
         if calls == 1:
             plan = graph._least_plan(inputs, later)
             least, end = plan.predicted_peak_bytes, graph._kept([plan])
