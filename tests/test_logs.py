@@ -17,15 +17,19 @@ def _compile(budget):
     torch._dynamo.reset()
 
 
-def test_every_plan_is_summarized_at_info(caplog):
+def test_every_plan_is_summarized_at_info(caplog, monkeypatch):
+    # Quick planning says what it does at DEBUG only. The threshold is set out of reach rather
+    # than trusting this graph to plan in under 3 s: CI's machine took 4.3 s once.
+    monkeypatch.setattr(candidate, "PROGRESS_AFTER_S", float("inf"))
     fxremat.inspect.clear()
-    with caplog.at_level(logging.INFO, logger="fxremat"):
+    with caplog.at_level(logging.DEBUG, logger="fxremat"):
         _compile(0.6)
     plan = fxremat.inspect.plans()[-1]
     summaries = [r.getMessage() for r in caplog.records if r.name == "fxremat" and "planned in" in r.getMessage()]
     assert len(summaries) == len(fxremat.inspect.plans()) >= 1
     assert f"graph {plan.graph_id}" in summaries[-1] and f"{plan.solver} plan" in summaries[-1]
-    assert not [r for r in caplog.records if r.name == "fxremat" and "scoring plan" in r.getMessage()]  # quick: DEBUG
+    scoring = [r for r in caplog.records if r.name == "fxremat" and "scoring plan" in r.getMessage()]
+    assert scoring and all(r.levelno == logging.DEBUG for r in scoring)  # quick: DEBUG
 
 
 def test_long_planning_says_what_it_does(caplog, monkeypatch):
