@@ -3,6 +3,7 @@
     python bench/ab.py --model transformer --sizes '{"layers": 12, "dim": 512, "heads": 8, "seq": 512, "batch": 8}'
     python bench/ab.py --model gpt2 --peer pt_budget_0.5 --rounds 12 --out bench/results/cpu/ab_gpt2.json
     python bench/ab.py --device cuda --scale gpu --model transformer
+    python bench/ab.py --model resnet50 --rounds 150 --variant-options '{"cost_model": "measured"}'
 
 Why a second benchmark beside ``frontier.py``: there, every strategy has a process of its own,
 and on a shared 2-core CPU two processes' rounds of one strategy differ by up to 18%, more than
@@ -17,6 +18,14 @@ its smallest and largest, how many rounds fxremat was faster, and per step the m
 and system CPU seconds (CPU: a buffer of 32 MiB or more is a fresh ``mmap`` whose pages fault in
 every step, a cost of the allocator that the plans' time model does not see).
 
+A variant (``--variant-options``, ``--variant-inductor-config``, ``--variant-costmodel``) adds a third
+contender: fxremat at the same budget with other options, Inductor settings or cost-model
+constants, so that two fxremat plans are paired with each other directly (the rounds then go
+through the six orders of the three). A cost rule that moves plans has to show its gain so:
+against the peer alone, two runs of one plan on this machine differ by up to 0.03 (2026-11-29,
+ResNet-50: 1.020 and 1.035). Each fxremat contender compiles its own code object, or Dynamo would
+run the first one's compiled frame for the second (its guards pass: same code, same backend).
+
 Both strategies share the process's allocator, so a memory figure is measured with only its
 strategy's gradients alive, and the timing rounds drop gradients before each step. Peers:
 ``inductor``, ``ckpt_blocks``, ``sac_mm``, ``pt_budget_B``, ``ckpt_seq_S`` (as in ``frontier.py``).
@@ -25,6 +34,8 @@ strategy's gradients alive, and the timing rounds drop gradients before each ste
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import os
 import resource
@@ -54,16 +65,18 @@ def peer_strategy(name: str) -> dict:
 class Contender:
     """One strategy, compiled and warmed in this process."""
 
-    def __init__(self, spec: dict, strategy: dict, warmup: int):
+    def __init__(self, spec: dict, strategy: dict, warmup: int, compiling=contextlib.nullcontext):
         from fxremat import _compat
 
         self.name = strategy["name"]
         self.model, self.fn, self.batch, self.ctx, self.device = build_strategy(spec, strategy)
+        if strategy["kind"] == "fxremat":
+            self.fn = _own_frame(self.fn)
         self.times: list[float] = []
         self.faults: list[int] = []
         self.system_s: list[float] = []
         started = time.perf_counter()
-        with self.ctx(), _compat.autograd_cache_disabled():
+        with self.ctx(), _compat.autograd_cache_disabled(), compiling():  # (the first step compiles)
             for _ in range(warmup):
                 self.step()
         self.warmup_s = time.perf_counter() - started
@@ -93,6 +106,53 @@ class Contender:
         self.model.zero_grad(set_to_none=True)
 
 
+_FRAMES = itertools.count(1)
+
+
+def _own_frame(compiled):
+    """``compiled`` (``torch.compile``'s wrapper of a module) compiling a code object of its
+    own: a step function made for it alone, which calls the module. Dynamo keeps compiled
+    frames per code object, so a second fxremat contender of the same model would otherwise
+    run the first one's plan."""
+    namespace = {"module": compiled._orig_mod}
+    exec(compile("def step(*args):\n    return module(*args)\n", f"<bench/ab.py contender {next(_FRAMES)}>",
+                 "exec"), namespace)
+    return compiled.dynamo_ctx(namespace["step"])  # the same backend and options
+
+
+def _variant_context(inductor_config: dict, costmodel_constants: dict):
+    """While the variant compiles: Inductor's config patched, and fxremat's cost-model
+    constants (``fxremat.costmodel``'s module attributes) set, then put back."""
+    @contextlib.contextmanager
+    def compiling():
+        from torch._inductor import config as inductor_config_module
+
+        from fxremat import costmodel
+
+        for name in costmodel_constants:
+            if not hasattr(costmodel, name):
+                raise SystemExit(f"--variant-costmodel: fxremat.costmodel has no {name!r}")
+        before = {name: getattr(costmodel, name) for name in costmodel_constants}
+        try:
+            for name, value in costmodel_constants.items():
+                setattr(costmodel, name, value)
+            with inductor_config_module.patch(inductor_config):
+                yield
+        finally:
+            for name, value in before.items():
+                setattr(costmodel, name, value)
+    return compiling
+
+
+def _ratios(a: "Contender", b: "Contender") -> dict:
+    """``a``'s steps over ``b``'s, round by round: median, quartiles, smallest, largest, and in
+    how many rounds ``a`` was faster."""
+    ratios = [x / y for x, y in zip(a.times, b.times)]
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+    return {"median": statistics.median(ratios), "q1": quartiles[0], "q3": quartiles[2], "min": min(ratios),
+            "max": max(ratios), "faster_rounds": sum(x < 1 for x in ratios)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="transformer", help="a model of bench/frontier_models.py")
@@ -109,8 +169,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--variant-options", default=None, type=json.loads, metavar="JSON",
+                        help="a second fxremat contender at the same budget, with these options over --fx-options")
+    parser.add_argument("--variant-inductor-config", default=None, type=json.loads, metavar="JSON",
+                        help="a second fxremat contender compiled with these torch._inductor.config settings")
+    parser.add_argument("--variant-costmodel", default=None, type=json.loads, metavar="JSON",
+                        help="a second fxremat contender planned with these fxremat.costmodel constants")
     parser.add_argument("--out", default=None, help="JSON file for the result")
     args = parser.parse_args(argv)
+    variant = any(v is not None for v in (args.variant_options, args.variant_inductor_config,
+                                          args.variant_costmodel))
 
     import torch
 
@@ -129,16 +197,32 @@ def main(argv: list[str] | None = None) -> dict:
                    args.warmup)
     fx_peak = fx.measure()
     plans = fx_inspect.plans()
+    contenders = [peer, fx]
+    if variant:
+        planned = len(fx_inspect.plans())
+        variant_spec = {**spec, "fx_options": {**args.fx_options, **(args.variant_options or {})}}
+        other = Contender(variant_spec, {"name": "fxremat_variant", "kind": "fxremat", "budget_bytes": budget},
+                          args.warmup, _variant_context(args.variant_inductor_config or {},
+                                                        args.variant_costmodel or {}))
+        other_peak = other.measure()
+        other_plans = fx_inspect.plans()[planned:]
+        plans = plans[:planned]
+        contenders.append(other)
     release_malloc_pin()  # the thresholds glibc settles at in an unpinned process (frontier.py's timing)
-    for contender in (peer, fx):
+    for contender in contenders:
         contender.timed()  # one untimed step each after the profiler
         contender.times.clear(), contender.faults.clear(), contender.system_s.clear()
+    # Two contenders alternate which goes first; three go through the six orders of three.
+    orders = list(itertools.permutations(contenders)) if variant else [(peer, fx), (fx, peer)]
     for r in range(args.rounds):
-        for contender in ((peer, fx) if r % 2 == 0 else (fx, peer)):
+        for contender in orders[r % len(orders)]:
             contender.timed()
         ratios = [f / p for f, p in zip(fx.times, peer.times)]
-        print(f"round {r + 1}: {peer.name} {peer.times[-1]:.3f} s, {fx.name} {fx.times[-1]:.3f} s, "
-              f"paired ratio {ratios[-1]:.3f} (median so far {statistics.median(ratios):.3f})", flush=True)
+        line = (f"round {r + 1}: {peer.name} {peer.times[-1]:.3f} s, {fx.name} {fx.times[-1]:.3f} s, "
+                f"paired ratio {ratios[-1]:.3f} (median so far {statistics.median(ratios):.3f})")
+        if variant:
+            line += f", variant {other.times[-1]:.3f} s"
+        print(line, flush=True)
 
     def summary(c: Contender, peak: int) -> dict:
         return {"name": c.name, "peak_bytes": peak, "warmup_s": c.warmup_s, "step_s": c.times,
@@ -156,18 +240,35 @@ def main(argv: list[str] | None = None) -> dict:
         "paired_ratio_median": statistics.median(ratios), "paired_ratio_min": min(ratios),
         "paired_ratio_max": max(ratios), "rounds_fxremat_faster": sum(x < 1 for x in ratios),
     }
+    if variant:
+        result["variant"] = {
+            "options": args.variant_options, "inductor_config": args.variant_inductor_config,
+            "costmodel": args.variant_costmodel, **summary(other, other_peak),
+            "fx_plans": [plan_record(p) for p in other_plans],
+            "same_plans": [p.sequence for p in other_plans] == [p.sequence for p in plans]
+            and [p.saved for p in other_plans] == [p.saved for p in plans],
+            "paired_vs_fxremat": _ratios(other, fx), "paired_vs_peer": _ratios(other, peer)}
     mib = 2**20
     print(f"\n| strategy | measured peak (MiB) | predicted (MiB) | step (s, median of {args.rounds}) | "
           "minor faults / step | system s / step |")
     print("|---|---:|---:|---:|---:|---:|")
     predicted = max(p.predicted_peak_bytes for p in plans)  # each graph's own; the step's largest
-    for key, pred in (("peer", "—"), ("fxremat", f"{predicted / mib:.2f}")):
+    rows = [("peer", "—"), ("fxremat", f"{predicted / mib:.2f}")]
+    if variant:
+        rows.append(("variant", f"{max(p.predicted_peak_bytes for p in other_plans) / mib:.2f}"))
+    for key, pred in rows:
         s = result[key]
         print(f"| {s['name']} | {s['peak_bytes'] / mib:.2f} | {pred} | {s['step_s_median']:.4g} | "
               f"{s['minor_faults_median']:.0f} | {s['system_s_median']:.2f} |")
     print(f"\npaired ratio fxremat ÷ {peer.name}: median {result['paired_ratio_median']:.3f} "
           f"(range {result['paired_ratio_min']:.3f}–{result['paired_ratio_max']:.3f}); fxremat faster in "
           f"{result['rounds_fxremat_faster']} of {args.rounds} rounds")
+    if variant:
+        v = result["variant"]
+        print(f"variant ({'same plans' if v['same_plans'] else 'other plans'}) "
+              f"paired ÷ fxremat: median {v['paired_vs_fxremat']['median']:.3f} (quartiles "
+              f"{v['paired_vs_fxremat']['q1']:.3f}–{v['paired_vs_fxremat']['q3']:.3f}), ÷ {peer.name}: median "
+              f"{v['paired_vs_peer']['median']:.3f}")
     if args.out:
         results_io.write_json(args.out, result)
     return result

@@ -168,10 +168,11 @@ def test_matched_strategies_and_their_peers():
 @pytest.mark.inductor
 def test_paired_ab_compiles_both_in_one_process_and_pairs_their_rounds(tmp_path):
     """bench/ab.py on the tiny transformer: fxremat at ckpt_blocks' measured peak, planned
-    within it, and one paired ratio per round."""
+    within it, and one paired ratio per round; a variant with the same options plans again
+    (its own compiled frame, not the first fxremat contender's) and gets the same plan."""
     out = tmp_path / "ab.json"
     cmd = [sys.executable, os.path.join(ROOT, "bench", "ab.py"), "--scale", "tiny", "--rounds", "3",
-           "--out", str(out)]
+           "--variant-options", "{}", "--out", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     result = json.loads(out.read_text())
@@ -183,6 +184,11 @@ def test_paired_ab_compiles_both_in_one_process_and_pairs_their_rounds(tmp_path)
     ratios = sorted(f / p for f, p in zip(fx["step_s"], peer["step_s"]))
     assert result["paired_ratio_median"] == ratios[1]
     assert "paired ratio" in done.stdout
+    variant = result["variant"]
+    assert len(variant["fx_plans"]) == len(result["fx_plans"]) >= 1 and variant["same_plans"]
+    assert len(variant["step_s"]) == 3 and 0 < variant["peak_bytes"] <= result["budget_bytes"] * 1.005
+    ratios = sorted(v / f for v, f in zip(variant["step_s"], fx["step_s"]))
+    assert variant["paired_vs_fxremat"]["median"] == ratios[1]
 
 
 def test_plan_time_bench_runs_and_reports(tmp_path):
