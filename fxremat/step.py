@@ -586,7 +586,10 @@ def _refuse(batch: list[StepGraph], caller: StepGraph, args, refusals: list[Budg
     least, parts, _ = found or _step_least(batch, caller, args)
     # (A search within bytes can find less than the least-memory search: the refusal's least then.)
     least = max([least] + [r.least_bytes for r in refusals if r.least_bytes is not None])
-    error = _step_error(caller.budget, len(batch), least, parts, refusals)
+    # No step has run these graphs yet: a graph the step compiles after them (past a graph
+    # break) is traced only once they have run, and is not counted.
+    error = _step_error(caller.budget, len(batch), least, parts, refusals,
+                        later_unknown=not any(g in _LAST_STEP for g in batch))
     for graph in batch:
         graph.step_refusal = error
     raise error.with_traceback(None)
@@ -658,9 +661,11 @@ def _output_bytes(gm: torch.fx.GraphModule) -> int:
     return sum(tensor_bytes(v) for is_input, v in _outputs(gm) if not is_input)
 
 
-def _step_error(budget: int, graphs: int, least: int, parts: list[tuple], refusals: list[BudgetError]) -> BudgetError:
+def _step_error(budget: int, graphs: int, least: int, parts: list[tuple], refusals: list[BudgetError],
+                later_unknown: bool = False) -> BudgetError:
     """The error naming the step's least budget; ``parts``: ``_step_least``'s, ``refusals``:
-    the graphs' own."""
+    the graphs' own. ``later_unknown``: no step has run yet, so graphs compiled after these
+    (a graph break's) are not counted, which the message says."""
     def turn(need: int, handed_back: bool) -> str:
         return ("" if not need else f", {format_bytes(need)} counted between its forward and backward for "
                 + ("the gradients of its outputs, which the work after it hands back before its backward"
@@ -679,8 +684,10 @@ def _step_error(budget: int, graphs: int, least: int, parts: list[tuple], refusa
     own = next((str(r) for r in refusals if r.floor_bytes is None or r.least_bytes != r.floor_bytes), None)
     error = BudgetError(f"fxremat: memory_budget={budget} bytes ({format_bytes(budget)}) is the step's, below its "
                         f"minimum feasible budget: {what}. Allowed: a budget of at least {least} bytes "
-                        f"({format_bytes(least)}) for the step." + (f" (The graph's own refusal: {own})" if own else ""),
-                        least)
+                        f"({format_bytes(least)}) for the step"
+                        + (" as far as it is compiled: graphs compiled after these (past a graph break) are known only "
+                           "once these run, and may need more." if later_unknown else ".")
+                        + (f" (The graph's own refusal: {own})" if own else ""), least)
     floors = [r.floor_bytes for r in refusals if r.floor_bytes is not None]
     error.floor_bytes = max(floors) if floors else None
     return error

@@ -183,6 +183,7 @@ def test_earlier_graphs_are_planned_again_to_leave_a_later_graph_its_least():
     with pytest.raises(fxremat.BudgetError) as error:
         _step(compiled, model, x)
     assert "is the step's" in str(error.value) and "Allowed: a budget of at least" in str(error.value)
+    assert "past a graph break" not in str(error.value)  # a step has run: both graphs are known
     # Graph 2's need is counted where graph 2 runs, between graph 1's forward and backward:
     # the step needs less than graph 1's least-memory plan bounded as a whole by budget - need.
     least_first = fxremat.plan(model, x, {"compiler": "eager", "memory_budget": 0.0})[0].predicted_peak_bytes
@@ -244,6 +245,8 @@ def test_a_budget_under_a_graphs_floor_names_its_least_plan_in_one_error():
         compiled(x).pow(2).mean().backward()
     least, floor = error.value.least_bytes, error.value.floor_bytes
     assert "least-memory plan" in str(error.value) and f"at least {least} bytes" in str(error.value)
+    # No step has run: a graph compiled after this one (a graph break's) is not counted, and it says so.
+    assert "past a graph break" in str(error.value)
     assert floor is not None and least >= floor
     with pytest.raises(fxremat.BudgetError):  # the same error at every call, nothing compiled again
         compiled(x)
