@@ -47,7 +47,8 @@ graph is planned within the budget less what the graphs before it hold (issue #2
   names the least of the graphs its last step ran, a graph called several times in a row
   counted as its calls together (the step then fits at the budget named:
   ``tests/test_distributed.py``, ``tests/test_step_budget.py``). Graphs compiled one after
-  another (a graph break) can take two errors: the first knows only the graphs compiled so far.
+  another (a graph break) can take two errors: the first knows only the graphs compiled so far,
+  and says so.
 - **A graph called more than once in a step** (one compiled block run for every block, as
   with FSDP2's per-block compiles) finds its own earlier calls held: ``k`` calls hold ``k - 1``
   times what one call holds (saved activations and outputs) while the last one runs. Its calls
@@ -685,8 +686,9 @@ def _step_error(budget: int, graphs: int, least: int, parts: list[tuple], refusa
     error = BudgetError(f"fxremat: memory_budget={budget} bytes ({format_bytes(budget)}) is the step's, below its "
                         f"minimum feasible budget: {what}. Allowed: a budget of at least {least} bytes "
                         f"({format_bytes(least)}) for the step"
-                        + (" as far as it is compiled: graphs compiled after these (past a graph break) are known only "
-                           "once these run, and may need more." if later_unknown else ".")
+                        + ((" as far as it is compiled: a graph compiled after " + ("it" if graphs == 1 else "them")
+                            + " (past a graph break) is known only once " + ("it runs" if graphs == 1 else "they run")
+                            + ", and may need more.") if later_unknown else ".")
                         + (f" (The graph's own refusal: {own})" if own else ""), least)
     floors = [r.floor_bytes for r in refusals if r.floor_bytes is not None]
     error.floor_bytes = max(floors) if floors else None
