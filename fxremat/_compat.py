@@ -67,6 +67,19 @@ def inductor_relayouts_convolutions(gm: fx.GraphModule) -> bool:
         return False
 
 
+def inductor_calls_aten(target) -> bool:
+    """Does Inductor run this op as a call of its ATen kernel (a fallback: ``cumsum`` on CPU, a
+    flash attention) rather than generate code for it (``lowering.lowerings`` without being
+    among ``lowering.fallbacks``: an index, a max-pool's prims, a scatter, a copy)? Ops with
+    no lowering at all are called too. A library call of Inductor's own making (a convolution,
+    a matmul) is neither: ask ``oplib.is_compute_intensive`` for those."""
+    try:
+        from torch._inductor import lowering
+    except Exception:  # noqa: BLE001 - no Inductor here: everything runs as ATen calls
+        return True
+    return target in lowering.fallbacks or target not in lowering.lowerings
+
+
 def inductor_prefers_channels_last(gm: fx.GraphModule) -> set[fx.Node]:
     """The nodes whose values Inductor's layout optimization lays out channels-last
     (``GraphLowering.find_nodes_prefer_channels_last``: a convolution's inputs and outputs,

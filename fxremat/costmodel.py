@@ -438,7 +438,7 @@ def estimate_group(group: list[fx.Node], profile: DeviceProfile, tf32: bool | No
     kind = _kind(group)
     flops = sum(node_flops(n) for n in group)
     read, nwritten, footprint = _group_traffic(group, inlined, inlining)
-    if timer is not None and timer.covers(kind):
+    if timer is not None and timer.covers(kind, group):
         measured = timer.time_kernel(group)
         if measured is not None:
             return KernelEstimate([n.name for n in group], kind, flops, read, nwritten, measured, "measured")

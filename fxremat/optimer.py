@@ -6,9 +6,9 @@
 Times kernels on the device with random inputs of the nodes' shapes, strides and dtypes
 (median of a few runs), cached on disk by (ops, shapes, strides, dtypes, arguments, device
 name, torch version) so re-runs are free. Its default scope times only the library kernels
-(what Inductor calls as extern kernels: eager timing is the real cost) and keeps the roofline
-for fused kernels, which eager execution would not fuse; ``scope="all"`` times those too (op by
-op: an upper bound). The kernels themselves come from ``costmodel.kernel_groups``; this module
+(what Inductor calls as extern kernels, ``OpTimer.covers``: eager timing is the real cost) and
+keeps the roofline for the kernels Inductor generates, which eager execution would not fuse;
+``scope="all"`` times those too (op by op: an upper bound). The kernels themselves come from ``costmodel.kernel_groups``; this module
 does not import ``costmodel`` (``costmodel`` imports it).
 """
 
@@ -25,6 +25,7 @@ import torch
 import torch.fx as fx
 
 from . import oplib
+from . import _compat
 from ._compat import real_tensors
 from .aliasing import is_alias
 from .devices import _cpu_name, _median_time, _read_json, _write_json, cache_dir
@@ -87,8 +88,17 @@ class OpTimer:
             return torch.cuda.get_device_name(self.device)
         return f"cpu: {_cpu_name()}, {torch.get_num_threads()} threads"
 
-    def covers(self, kind: str) -> bool:
-        return self.scope == "all" or kind != "fused"
+    def covers(self, kind: str, group: list[fx.Node] = ()) -> bool:
+        """Is a kernel of this kind (``costmodel._kind``) timed? Every one with ``scope="all"``;
+        else the library calls: compute-intensive ones (convolutions, matmuls, attention), and
+        of the other unfusible ops those Inductor calls in ATen (``_compat.inductor_calls_aten``).
+        An op Inductor generates code for (a max-pool's prims, an index, a scatter, a copy) runs
+        in its own loops, not ATen's: timed eagerly, the U-Net's max-pools took 100-280x their
+        roofline (prims run op by op), and ``cost_model="measured"`` planned around them."""
+        if self.scope == "all" or kind == "compute":
+            return True
+        return kind != "fused" and all(_compat.inductor_calls_aten(n.target) for n in group
+                                       if n.op == "call_function" and not oplib.is_getitem(n))
 
     def key(self, group: list[fx.Node]) -> str:
         index = {n: i for i, n in enumerate(group)}
