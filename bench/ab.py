@@ -129,9 +129,6 @@ def _variant_context(inductor_config: dict, costmodel_constants: dict):
 
         from fxremat import costmodel
 
-        for name in costmodel_constants:
-            if not hasattr(costmodel, name):
-                raise SystemExit(f"--variant-costmodel: fxremat.costmodel has no {name!r}")
         before = {name: getattr(costmodel, name) for name in costmodel_constants}
         try:
             for name, value in costmodel_constants.items():
@@ -179,6 +176,18 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     variant = any(v is not None for v in (args.variant_options, args.variant_inductor_config,
                                           args.variant_costmodel))
+    if args.variant_costmodel:
+        from fxremat import costmodel
+
+        unknown = [name for name in args.variant_costmodel if not hasattr(costmodel, name)]
+        if unknown:
+            parser.error(f"--variant-costmodel: fxremat.costmodel has no {', '.join(unknown)}")
+    if args.variant_inductor_config:
+        from torch._inductor import config as inductor_config
+
+        unknown = [name for name in args.variant_inductor_config if not hasattr(inductor_config, name)]
+        if unknown:
+            parser.error(f"--variant-inductor-config: torch._inductor.config has no {', '.join(unknown)}")
 
     import torch
 
