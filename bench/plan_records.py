@@ -33,9 +33,9 @@ def least_budget(text: str | None) -> LeastBudget | None:
 
 def plan_record(plan) -> dict:
     """One plan's figures: solver, budget and predicted peak (bytes), saved activations, how
-    many ops it recomputes, its stages, planning time and, where fxremat gave one, why it
-    kept a plan over the budget."""
-    return {"solver": plan.solver, "budget_bytes": plan.budget_bytes,
+    many ops it recomputes, its stages and its staged solver's sequence (None for the others),
+    planning time and, where fxremat gave one, why it kept a plan over the budget."""
+    return {"solver": plan.solver, "budget_bytes": plan.budget_bytes, "sequence": plan.sequence,
             "predicted_peak_bytes": plan.predicted_peak_bytes,
             "saved_activation_bytes": plan.saved_activation_bytes,
             "recomputed_ops": len(plan.recomputed), "stages": plan.stages,
