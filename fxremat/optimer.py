@@ -8,8 +8,8 @@ Times kernels on the device with random inputs of the nodes' shapes, strides and
 name, torch version) so re-runs are free. Its default scope times only the library kernels
 (what Inductor calls as extern kernels, ``OpTimer.covers``: eager timing is the real cost) and
 keeps the roofline for the kernels Inductor generates, which eager execution would not fuse;
-``scope="all"`` times those too (op by op: an upper bound). The kernels themselves come from ``costmodel.kernel_groups``; this module
-does not import ``costmodel`` (``costmodel`` imports it).
+``scope="all"`` times those too (op by op: an upper bound). The kernels themselves come from
+``costmodel.kernel_groups``; this module does not import ``costmodel`` (``costmodel`` imports it).
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from . import oplib
-from . import _compat
+from . import _compat, oplib
 from ._compat import real_tensors
 from .aliasing import is_alias
 from .devices import _cpu_name, _median_time, _read_json, _write_json, cache_dir
