@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "step_s_median": statistics.median(c.times), "minor_faults_median": statistics.median(c.faults),
                 "system_s_median": statistics.median(c.system_s)}
 
-    ratios = [f / p for f, p in zip(fx.times, peer.times)]
+    paired = _ratios(fx, peer)
     result = {
         **results_io.metadata(argv),  # date, torch, cpus, git, ...
         "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
@@ -246,8 +246,8 @@ def main(argv: list[str] | None = None) -> dict:
         "scale": scale, "sizes": args.sizes, "rounds": args.rounds,
         "peer": summary(peer, peer_peak), "fxremat": summary(fx, fx_peak), "budget_bytes": budget,
         "fx_plans": [plan_record(p) for p in plans],
-        "paired_ratio_median": statistics.median(ratios), "paired_ratio_min": min(ratios),
-        "paired_ratio_max": max(ratios), "rounds_fxremat_faster": sum(x < 1 for x in ratios),
+        "paired_ratio_median": paired["median"], "paired_ratio_min": paired["min"],
+        "paired_ratio_max": paired["max"], "rounds_fxremat_faster": paired["faster_rounds"],
     }
     if variant:
         result["variant"] = {

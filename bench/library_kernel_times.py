@@ -90,7 +90,8 @@ def measure(model: str, directory: str) -> dict:
             continue
         measured = costmodel.estimate_group(group, profile, timer=timer, inlined=inlined)
         if measured.bound != "measured":
-            continue  # it would not run on random inputs: the roofline stands in
+            continue  # not timed (Inductor generates its code: OpTimer.covers), or it would not
+            # run on random inputs: the roofline stands in
         node = group[-1]
         kernels.append({"op": getattr(node.target, "__name__", str(node.target)), "nodes": [n.name for n in group],
                         "estimated_s": estimate.seconds, "measured_s": measured.seconds, "flops": estimate.flops,

@@ -683,12 +683,14 @@ def _step_error(budget: int, graphs: int, least: int, parts: list[tuple], refusa
     # A graph's own refusal within the budget says what its solver could not do (solver='mincut'
     # recomputes nothing further, ...); one under the floor says no more than the floor.
     own = next((str(r) for r in refusals if r.floor_bytes is None or r.least_bytes != r.floor_bytes), None)
+    scope = "."
+    if later_unknown:
+        them, run = ("it", "it runs") if graphs == 1 else ("them", "they run")
+        scope = (f" as far as it is compiled: a graph compiled after {them} (past a graph break) is known only once "
+                 f"{run}, and may need more.")
     error = BudgetError(f"fxremat: memory_budget={budget} bytes ({format_bytes(budget)}) is the step's, below its "
                         f"minimum feasible budget: {what}. Allowed: a budget of at least {least} bytes "
-                        f"({format_bytes(least)}) for the step"
-                        + ((" as far as it is compiled: a graph compiled after " + ("it" if graphs == 1 else "them")
-                            + " (past a graph break) is known only once " + ("it runs" if graphs == 1 else "they run")
-                            + ", and may need more.") if later_unknown else ".")
+                        f"({format_bytes(least)}) for the step{scope}"
                         + (f" (The graph's own refusal: {own})" if own else ""), least)
     floors = [r.floor_bytes for r in refusals if r.floor_bytes is not None]
     error.floor_bytes = max(floors) if floors else None
