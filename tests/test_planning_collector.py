@@ -1,0 +1,67 @@
+"""Python's cycle collector while fxremat plans (``partition._heap_frozen``): the heap from
+before planning frozen and young objects collected every ``YOUNG_COLLECTION_THRESHOLD``
+allocations during the plan, the process's own settings back afterwards, also when the
+budget is refused."""
+
+import gc
+
+import pytest
+import torch
+
+from fxremat import BudgetError, models
+from fxremat import partition as partition_module
+
+
+def _compile(budget):
+    torch.manual_seed(0)
+    model, batch = models.make_transformer(batch=2, seq=16, layers=2)
+    torch._dynamo.reset()
+    try:
+        torch.compile(model, backend="fxremat", options={"compiler": "eager", "memory_budget": budget})(*batch).backward()
+    finally:
+        torch._dynamo.reset()
+
+
+@pytest.fixture
+def seen_while_planning(monkeypatch):
+    seen = []
+    planner = partition_module._partition
+
+    def recording(*args, **kwargs):
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        return planner(*args, **kwargs)
+
+    monkeypatch.setattr(partition_module, "_partition", recording)
+    return seen
+
+
+def test_collector_settings_while_planning_and_after(seen_while_planning):
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    _compile(0.5)
+    assert seen_while_planning
+    for threshold, frozen in seen_while_planning:
+        assert threshold == (max(before[0], partition_module.YOUNG_COLLECTION_THRESHOLD), *before[1:])
+        assert frozen > 0  # what was alive before planning
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_collector_settings_restored_after_a_refusal(seen_while_planning):
+    before = gc.get_threshold()
+    with pytest.raises(BudgetError):
+        _compile(1000)  # bytes: under every graph's floor
+    assert seen_while_planning
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_its_heap_is_left_as_it_is(seen_while_planning):
+    before = gc.get_threshold()
+    gc.freeze()
+    try:
+        _compile(0.5)
+        assert seen_while_planning and all(threshold == before for threshold, _ in seen_while_planning)
+        assert gc.get_freeze_count() > 0  # not unfrozen (frozen objects freed since have left it)
+    finally:
+        gc.unfreeze()
