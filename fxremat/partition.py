@@ -84,7 +84,8 @@ def _heap_frozen() -> Iterator[None]:
         return
     gc.freeze()
     threshold = gc.get_threshold()
-    gc.set_threshold(max(threshold[0], YOUNG_COLLECTION_THRESHOLD), *threshold[1:])
+    if threshold[0]:  # (0: the process turned automatic collection off; it stays off)
+        gc.set_threshold(max(threshold[0], YOUNG_COLLECTION_THRESHOLD), *threshold[1:])
     try:
         yield
     finally:

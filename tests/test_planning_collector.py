@@ -56,6 +56,17 @@ def test_collector_settings_restored_after_a_refusal(seen_while_planning):
     assert gc.get_freeze_count() == 0
 
 
+def test_automatic_collection_turned_off_by_threshold_stays_off(seen_while_planning):
+    before = gc.get_threshold()
+    gc.set_threshold(0)
+    try:
+        _compile(0.5)
+        assert seen_while_planning and all(threshold[0] == 0 for threshold, _ in seen_while_planning)
+        assert gc.get_threshold()[0] == 0
+    finally:
+        gc.set_threshold(*before)
+
+
 def test_a_process_that_froze_its_heap_is_left_as_it_is(seen_while_planning):
     before = gc.get_threshold()
     gc.freeze()
