@@ -52,7 +52,7 @@ def partition(
     """Inductor's partition step (``custom_partitioner_fn``): the forward and backward graphs
     of the joint graph ``joint`` under ``options``, and the ``Plan`` that made them. Raises
     ``BudgetError`` when no solver's plan fits ``options.memory_budget``."""
-    with _heap_frozen():
+    with _collector_while_planning():
         return _compat.on_fresh_stack(_partition, joint, num_fwd_outputs, options, static_lifetime_input_indices,
                                       joint_inputs)
 
@@ -63,22 +63,19 @@ YOUNG_COLLECTION_THRESHOLD = 50_000
 
 
 @contextlib.contextmanager
-def _heap_frozen() -> Iterator[None]:
-    """Python's collector leaves alone what was alive before planning (``gc.freeze``), and
-    collects young objects every ``YOUNG_COLLECTION_THRESHOLD`` allocations, not 700.
+def _collector_while_planning() -> Iterator[None]:
+    """Python's collector while planning: what was alive before is left alone (``gc.freeze``),
+    and the youngest generation is collected every ``YOUNG_COLLECTION_THRESHOLD`` allocations,
+    not 700; the process's settings are back afterwards.
 
-    Planning allocates many small objects (light graphs, timeline steps), so the
-    collector runs often, and its full collections walked the whole compiling process:
-    Dynamo's and AOTAutograd's objects, fake tensors (16-layer transformer through
-    Inductor: 2.6 s of an 11 s plan). Frozen, they are left alone, but the planner's own
-    graphs are not: each candidate's light graphs live for a fraction of a second, long
-    enough to be promoted to the oldest generation at the default threshold, so full
-    collections still ran, 32 of them, 2.1-2.8 s of a 12-14 s plan (Python's callbacks, on
-    the AMD EPYC, 2026-11-29). At 50,000 the same plan made 30-35 young collections and 2-3
-    middle ones, 0.75-1.1 s. The price is memory: garbage waits longer, and the planner's
-    peak (``bench/plan_time.py``) rose from 1.3-1.4x PyTorch's partitioner's to 1.75-1.9x
-    (48 layers: 191 to 238 MB). A process that froze objects itself
-    (``gc.get_freeze_count()``) is left as it is: unfreezing would undo its freeze."""
+    Why: planning allocates many short-lived objects (light graphs, timeline steps). Full
+    collections walked the whole compiling process (Dynamo's objects, fake tensors) until the
+    heap was frozen, and then still walked the planner's own candidate graphs, which live just
+    long enough to reach the oldest generation at Python's threshold (16-layer transformer
+    inside ``torch.compile``: 32 full collections, 2.1-2.8 s of a 12-14 s plan; 0.75-1.1 s at
+    50,000). The price is the planner's peak memory, garbage waiting longer (48 layers: 191 to
+    238 MB; docs/planning-at-scale.md). A process that froze objects itself, or turned
+    automatic collection off, is left as it is: unfreezing would undo its freeze."""
     if gc.get_freeze_count() or not gc.isenabled():
         yield
         return

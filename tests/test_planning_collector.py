@@ -1,4 +1,4 @@
-"""Python's cycle collector while fxremat plans (``partition._heap_frozen``): the heap from
+"""Python's cycle collector while fxremat plans (``partition._collector_while_planning``): the heap from
 before planning frozen and young objects collected every ``YOUNG_COLLECTION_THRESHOLD``
 allocations during the plan, the process's own settings back afterwards, also when the
 budget is refused."""
