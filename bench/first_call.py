@@ -13,7 +13,8 @@ AOTAutograd or kernel cache hit), compiling ``fxremat.models.TransformerStack`` 
 backward. The modes alternate (``torch``, ``torch_budget``, ``fxremat``, then the reverse, ...),
 ``--repeat`` runs each; the table keeps each mode's least total and the times Dynamo
 records for its parts (``torch._dynamo.utils.compilation_time_metrics``): the partition,
-the forward's and the backward's Inductor compilation. Writes ``first_call.json`` and
+the forward's and the backward's Inductor compilation, and how many C++ kernel sources
+Inductor wrote for the backward (one per distinct kernel, on CPU). Writes ``first_call.json`` and
 ``first_call.md`` under ``--out`` (default ``bench/results/cpu``). Not a test: the ratio is
 taken within one run of this script; the machine's load moves both.
 """
@@ -21,6 +22,7 @@ taken within one run of this script; the machine's load moves both.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -42,9 +44,14 @@ PARTS = {
 MODES = ("torch", "torch_budget", "fxremat")
 
 
+def _cpp_files(folder: str) -> dict[str, int]:
+    """The C++ sources Inductor has written under ``folder`` (its cache), and their bytes."""
+    return {p: os.path.getsize(p) for p in glob.glob(os.path.join(folder, "**", "*.cpp"), recursive=True)}
+
+
 def _child(spec: dict) -> dict:
     """One first call, in this (fresh) process."""
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="first_call_")
+    cache = os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="first_call_")
     import warnings
 
     import torch
@@ -64,8 +71,15 @@ def _child(spec: dict) -> dict:
     else:
         compiled = torch.compile(model, backend="fxremat", options={"memory_budget": spec["budget"]})
     started = time.perf_counter()
-    compiled(*batch).backward()
+    loss = compiled(*batch)
+    forward_sources = _cpp_files(cache)
+    loss.backward()
     row = {**spec, "total_s": time.perf_counter() - started}
+    # On CPU Inductor compiles one C++ source per distinct kernel (a kernel that repeats, layer
+    # after layer, is compiled once): the backward's compile waits on these.
+    backward_sources = {p: n for p, n in _cpp_files(cache).items() if p not in forward_sources}
+    row["backward_cpp_kernels"] = len(backward_sources)
+    row["backward_cpp_bytes"] = sum(backward_sources.values())
     for part, names in PARTS.items():
         times = [sum(compilation_time_metrics[n]) for n in names if n in compilation_time_metrics]
         row[f"{part}_s"] = times[0] if times else None
@@ -83,8 +97,9 @@ def _markdown(rows: list[dict], meta: dict, budget: float) -> str:
         "Each run a fresh process with an empty Inductor cache; the least total of the repeats per mode, "
         "and that run's parts as Dynamo timed them (seconds).",
         "",
-        "| layers | mode | first call (s) | ratio | partition (s) | forward compile (s) | backward compile (s) |",
-        "|---:|---|---:|---:|---:|---:|---:|",
+        "| layers | mode | first call (s) | ratio | partition (s) | forward compile (s) | backward compile (s) "
+        "| backward's C++ kernels (KB) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for layers in sorted({r["layers"] for r in rows}):
         best = {}
@@ -96,14 +111,16 @@ def _markdown(rows: list[dict], meta: dict, budget: float) -> str:
         for mode in MODES:
             r = best.get(mode)
             if r is None:
-                lines.append(f"| {layers} | {mode} | failed | | | | |")
+                lines.append(f"| {layers} | {mode} | failed | | | | | |")
                 continue
             ratio = f"{r['total_s'] / base['total_s']:.2f}x" if base else ""
             cells = [f"{r[k]:.2f}" if r.get(k) is not None else "" for k in
                      ("partition_s", "forward_compile_s", "backward_compile_s")]
             label = {"torch": "torch.compile", "torch_budget": f"torch.compile, PyTorch's budget {budget}",
                      "fxremat": f"fxremat {budget}"}[mode]
-            lines.append(f"| {layers} | {label} | {r['total_s']:.2f} | {ratio} | {' | '.join(cells)} |")
+            kernels = (f"{r['backward_cpp_kernels']} ({r['backward_cpp_bytes'] / 1024:.0f})"
+                       if r.get("backward_cpp_kernels") is not None else "")
+            lines.append(f"| {layers} | {label} | {r['total_s']:.2f} | {ratio} | {' | '.join(cells)} | {kernels} |")
     return "\n".join(lines) + "\n"
 
 

@@ -44,6 +44,21 @@ def plan_of(fn, *args, **options):
     return out, plans[0]
 
 
+def transformer_step(budget, batch=2, seq=16, layers=2):
+    """One training step of ``fxremat.models``' transformer compiled with fxremat at ``budget``
+    (partition level: ``compiler="eager"``), seed 0: a small graph that plans quickly."""
+    torch.manual_seed(0)
+    from fxremat import models
+
+    model, inputs = models.make_transformer(batch=batch, seq=seq, layers=layers)
+    torch._dynamo.reset()
+    try:
+        torch.compile(model, backend="fxremat",
+                      options={"compiler": "eager", "memory_budget": budget})(*inputs).backward()
+    finally:
+        torch._dynamo.reset()
+
+
 def train_step_matches_eager(make, compiler="eager", dtype=torch.float64, steps=2, **options):
     """Run ``steps`` training steps eagerly and under fxremat from the same weights;
     return the largest relative difference of losses, gradients and buffers."""

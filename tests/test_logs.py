@@ -3,18 +3,10 @@ at INFO once planning has taken ``candidate.PROGRESS_AFTER_S``."""
 
 import logging
 
-import torch
-
 import fxremat
-from fxremat import candidate, models
+from fxremat import candidate
 
-
-def _compile(budget):
-    torch.manual_seed(0)
-    model, batch = models.make_transformer(batch=4, seq=32, layers=3)
-    torch._dynamo.reset()
-    torch.compile(model, backend="fxremat", options={"compiler": "eager", "memory_budget": budget})(*batch).backward()
-    torch._dynamo.reset()
+from conftest import transformer_step
 
 
 def test_every_plan_is_summarized_at_info(caplog, monkeypatch):
@@ -23,7 +15,7 @@ def test_every_plan_is_summarized_at_info(caplog, monkeypatch):
     monkeypatch.setattr(candidate, "PROGRESS_AFTER_S", float("inf"))
     fxremat.inspect.clear()
     with caplog.at_level(logging.DEBUG, logger="fxremat"):
-        _compile(0.6)
+        transformer_step(0.6, batch=4, seq=32, layers=3)
     plan = fxremat.inspect.plans()[-1]
     summaries = [r.getMessage() for r in caplog.records if r.name == "fxremat" and "planned in" in r.getMessage()]
     assert len(summaries) == len(fxremat.inspect.plans()) >= 1
@@ -35,7 +27,7 @@ def test_every_plan_is_summarized_at_info(caplog, monkeypatch):
 def test_long_planning_says_what_it_does(caplog, monkeypatch):
     monkeypatch.setattr(candidate, "PROGRESS_AFTER_S", 0.0)  # as if the graph were large
     with caplog.at_level(logging.INFO, logger="fxremat"):
-        _compile(0.6)
+        transformer_step(0.6, batch=4, seq=32, layers=3)
     progress = [r.getMessage() for r in caplog.records if r.name == "fxremat" and r.levelno == logging.INFO]
     assert any("over the budget" in m for m in progress)
     assert any("saved set (1 of" in m for m in progress)

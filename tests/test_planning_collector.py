@@ -6,20 +6,11 @@ budget is refused."""
 import gc
 
 import pytest
-import torch
 
-from fxremat import BudgetError, models
+from fxremat import BudgetError
 from fxremat import partition as partition_module
 
-
-def _compile(budget):
-    torch.manual_seed(0)
-    model, batch = models.make_transformer(batch=2, seq=16, layers=2)
-    torch._dynamo.reset()
-    try:
-        torch.compile(model, backend="fxremat", options={"compiler": "eager", "memory_budget": budget})(*batch).backward()
-    finally:
-        torch._dynamo.reset()
+from conftest import transformer_step
 
 
 @pytest.fixture
@@ -38,7 +29,7 @@ def seen_while_planning(monkeypatch):
 def test_collector_settings_while_planning_and_after(seen_while_planning):
     before = gc.get_threshold()
     assert gc.get_freeze_count() == 0
-    _compile(0.5)
+    transformer_step(0.5)
     assert seen_while_planning
     for threshold, frozen in seen_while_planning:
         assert threshold == (max(before[0], partition_module.YOUNG_COLLECTION_THRESHOLD), *before[1:])
@@ -50,7 +41,7 @@ def test_collector_settings_while_planning_and_after(seen_while_planning):
 def test_collector_settings_restored_after_a_refusal(seen_while_planning):
     before = gc.get_threshold()
     with pytest.raises(BudgetError):
-        _compile(1000)  # bytes: under every graph's floor
+        transformer_step(1000)  # bytes: under every graph's floor
     assert seen_while_planning
     assert gc.get_threshold() == before
     assert gc.get_freeze_count() == 0
@@ -60,7 +51,7 @@ def test_automatic_collection_turned_off_by_threshold_stays_off(seen_while_plann
     before = gc.get_threshold()
     gc.set_threshold(0)
     try:
-        _compile(0.5)
+        transformer_step(0.5)
         assert seen_while_planning and all(threshold[0] == 0 for threshold, _ in seen_while_planning)
         assert gc.get_threshold()[0] == 0
     finally:
@@ -71,7 +62,7 @@ def test_a_process_that_froze_its_heap_is_left_as_it_is(seen_while_planning):
     before = gc.get_threshold()
     gc.freeze()
     try:
-        _compile(0.5)
+        transformer_step(0.5)
         assert seen_while_planning and all(threshold == before for threshold, _ in seen_while_planning)
         assert gc.get_freeze_count() > 0  # not unfrozen (frozen objects freed since have left it)
     finally:
