@@ -21,6 +21,12 @@ GPU: GPT-2 small, BERT-base, a 16-layer Llama, ResNet-50/101 at 224², a 4-level
 - ``decoder``: ``fxremat.models.Decoder``, an ordinary decoder-only language model not tuned for
   fxremat (pre-LN, SDPA causal attention, head tied to the embedding); ``small`` is issue #26's
   16 layers, width 64, sequence 256, batch 8.
+- ``UNSEEN``: Hugging Face architectures outside the zoo, built as a new user would (random
+  weights, dropout 0, ``use_cache=False``), to check fxremat's promises on models it was not
+  tuned for: ``t5`` (``T5ForConditionalGeneration``: encoder and decoder stacks, cross
+  attention, a relative position bias made in the first layer and read by the others),
+  ``gpt_neox`` (parallel attention and MLP residuals, partial rotary embeddings), ``phi``,
+  ``qwen2`` (grouped-query attention) and ``opt``. Tiny and small scales only; no chain.
 - ``transformer``: ``fxremat.models.TransformerStack`` (pre-LN blocks with explicit attention,
   whose seq² scores dominate the activations; continuous inputs, mean-squared loss): the
   activation-heavy transformer of issue #4.
@@ -35,6 +41,7 @@ items are the blocks that per-block checkpointing wraps.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import torch
@@ -46,6 +53,7 @@ from fxremat.models import Bottleneck, PreLNBlock  # the blocks the tests use to
 SCALES = ("tiny", "small", "gpu")
 HF_MODELS = ("gpt2", "bert", "llama")
 MODELS = ("gpt2", "bert", "llama", "resnet50", "resnet101", "unet", "vit", "mlp", "transformer", "decoder")
+UNSEEN = ("t5", "gpt_neox", "phi", "qwen2", "opt")  # not the frontier's zoo: see the module docstring
 
 
 @dataclasses.dataclass
@@ -111,6 +119,26 @@ SIZES: dict[str, dict[str, dict]] = {
         "tiny": dict(layers=2, dim=32, heads=2, seq=32, batch=2, vocab=256),
         "small": dict(layers=16, dim=64, heads=4, seq=256, batch=8, vocab=256),
         "gpu": dict(layers=24, dim=1024, heads=16, seq=2048, batch=8, vocab=32000),
+    },
+    "t5": {
+        "tiny": dict(layers=2, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
+        "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512),
+    },
+    "gpt_neox": {
+        "tiny": dict(layers=3, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
+        "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512),
+    },
+    "phi": {
+        "tiny": dict(layers=3, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
+        "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512),
+    },
+    "qwen2": {
+        "tiny": dict(layers=3, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
+        "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512),
+    },
+    "opt": {
+        "tiny": dict(layers=3, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
+        "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512),
     },
     "mlp": {
         "tiny": dict(layers=4, width=32, batch=256, classes=10),
@@ -191,6 +219,42 @@ def make_llama(layers, dim, heads, kv_heads, ffn, seq, batch, vocab) -> Frontier
     hf = LlamaForCausalLM(config)
     layers_ = hf.model.layers
     return FrontierModel(HFLoss(hf), _hf_batch(batch, seq, vocab), (hf.model, "layers"), False, [layers_], {})
+
+
+def make_unseen_hf(name: str, layers, dim, heads, ffn, seq, batch, vocab, use_cache: bool = False) -> FrontierModel:
+    """One of ``UNSEEN``, from its config as a new user would write it; ``use_cache``: the
+    library's default for most of them (True), under which the forward also returns each
+    layer's keys and values."""
+    _quiet_hf()
+    import transformers as t
+
+    if name == "t5":  # ``layers`` encoder blocks and as many decoder blocks
+        hf = t.T5ForConditionalGeneration(t.T5Config(
+            vocab_size=vocab, d_model=dim, d_kv=dim // heads, d_ff=ffn, num_layers=layers, num_decoder_layers=layers,
+            num_heads=heads, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0, use_cache=use_cache))
+        return FrontierModel(HFLoss(hf), _hf_batch(batch, seq, vocab), None, False, [hf.encoder.block, hf.decoder.block],
+                             {})
+    common = dict(vocab_size=vocab, hidden_size=dim, num_hidden_layers=layers, num_attention_heads=heads,
+                  max_position_embeddings=max(seq, 64), use_cache=use_cache)
+    if name == "gpt_neox":
+        hf = t.GPTNeoXForCausalLM(t.GPTNeoXConfig(intermediate_size=ffn, hidden_dropout=0.0, attention_dropout=0.0,
+                                                  **common))
+        stack = hf.gpt_neox.layers
+    elif name == "phi":
+        hf = t.PhiForCausalLM(t.PhiConfig(intermediate_size=ffn, resid_pdrop=0.0, embd_pdrop=0.0,
+                                          attention_dropout=0.0, **common))
+        stack = hf.model.layers
+    elif name == "qwen2":
+        hf = t.Qwen2ForCausalLM(t.Qwen2Config(intermediate_size=ffn, num_key_value_heads=max(heads // 2, 1), **common))
+        stack = hf.model.layers
+    elif name == "opt":
+        common.pop("hidden_size"), common.pop("num_hidden_layers"), common.pop("num_attention_heads")
+        hf = t.OPTForCausalLM(t.OPTConfig(hidden_size=dim, ffn_dim=ffn, num_hidden_layers=layers, num_attention_heads=heads,
+                                          word_embed_proj_dim=dim, dropout=0.0, attention_dropout=0.0, **common))
+        stack = hf.model.decoder.layers
+    else:
+        raise KeyError(f"unknown unseen model {name!r}: one of {UNSEEN}")
+    return FrontierModel(HFLoss(hf), _hf_batch(batch, seq, vocab), None, False, [stack], {})
 
 
 # --- ResNet ---------------------------------------------------------------------------------
@@ -307,4 +371,5 @@ _BUILDERS = {
     "gpt2": make_gpt2, "bert": make_bert, "llama": make_llama, "resnet50": make_resnet50,
     "resnet101": make_resnet101, "unet": make_unet, "vit": make_vit, "mlp": make_mlp,
     "transformer": make_transformer, "decoder": make_decoder,
+    **{name: functools.partial(make_unseen_hf, name) for name in UNSEEN},
 }
