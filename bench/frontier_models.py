@@ -120,26 +120,10 @@ SIZES: dict[str, dict[str, dict]] = {
         "small": dict(layers=16, dim=64, heads=4, seq=256, batch=8, vocab=256),
         "gpu": dict(layers=24, dim=1024, heads=16, seq=2048, batch=8, vocab=32000),
     },
-    "t5": {
-        "tiny": dict(layers=2, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
-        "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512),
-    },
-    "gpt_neox": {
-        "tiny": dict(layers=3, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
-        "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512),
-    },
-    "phi": {
-        "tiny": dict(layers=3, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
-        "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512),
-    },
-    "qwen2": {
-        "tiny": dict(layers=3, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
-        "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512),
-    },
-    "opt": {
-        "tiny": dict(layers=3, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
-        "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512),
-    },
+    # The same sizes for each (T5: that many encoder and as many decoder blocks, 2 of each when tiny).
+    **{name: {"tiny": dict(layers=2 if name == "t5" else 3, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
+              "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512)}
+       for name in UNSEEN},
     "mlp": {
         "tiny": dict(layers=4, width=32, batch=256, classes=10),
         "small": dict(layers=16, width=256, batch=2048, classes=10),
