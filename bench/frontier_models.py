@@ -212,33 +212,31 @@ def make_unseen_hf(name: str, layers, dim, heads, ffn, seq, batch, vocab, use_ca
     _quiet_hf()
     import transformers as t
 
+    common = dict(vocab_size=vocab, hidden_size=dim, num_hidden_layers=layers, num_attention_heads=heads,
+                  max_position_embeddings=max(seq, 64), use_cache=use_cache)
     if name == "t5":  # ``layers`` encoder blocks and as many decoder blocks
         hf = t.T5ForConditionalGeneration(t.T5Config(
             vocab_size=vocab, d_model=dim, d_kv=dim // heads, d_ff=ffn, num_layers=layers, num_decoder_layers=layers,
             num_heads=heads, dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0, use_cache=use_cache))
-        return FrontierModel(HFLoss(hf), _hf_batch(batch, seq, vocab), None, False, [hf.encoder.block, hf.decoder.block],
-                             {})
-    common = dict(vocab_size=vocab, hidden_size=dim, num_hidden_layers=layers, num_attention_heads=heads,
-                  max_position_embeddings=max(seq, 64), use_cache=use_cache)
-    if name == "gpt_neox":
+        stacks = [hf.encoder.block, hf.decoder.block]
+    elif name == "gpt_neox":
         hf = t.GPTNeoXForCausalLM(t.GPTNeoXConfig(intermediate_size=ffn, hidden_dropout=0.0, attention_dropout=0.0,
                                                   **common))
-        stack = hf.gpt_neox.layers
+        stacks = [hf.gpt_neox.layers]
     elif name == "phi":
         hf = t.PhiForCausalLM(t.PhiConfig(intermediate_size=ffn, resid_pdrop=0.0, embd_pdrop=0.0,
                                           attention_dropout=0.0, **common))
-        stack = hf.model.layers
+        stacks = [hf.model.layers]
     elif name == "qwen2":
         hf = t.Qwen2ForCausalLM(t.Qwen2Config(intermediate_size=ffn, num_key_value_heads=max(heads // 2, 1), **common))
-        stack = hf.model.layers
+        stacks = [hf.model.layers]
     elif name == "opt":
-        common.pop("hidden_size"), common.pop("num_hidden_layers"), common.pop("num_attention_heads")
-        hf = t.OPTForCausalLM(t.OPTConfig(hidden_size=dim, ffn_dim=ffn, num_hidden_layers=layers, num_attention_heads=heads,
-                                          word_embed_proj_dim=dim, dropout=0.0, attention_dropout=0.0, **common))
-        stack = hf.model.decoder.layers
+        hf = t.OPTForCausalLM(t.OPTConfig(ffn_dim=ffn, word_embed_proj_dim=dim, dropout=0.0, attention_dropout=0.0,
+                                          **common))
+        stacks = [hf.model.decoder.layers]
     else:
         raise KeyError(f"unknown unseen model {name!r}: one of {UNSEEN}")
-    return FrontierModel(HFLoss(hf), _hf_batch(batch, seq, vocab), None, False, [stack], {})
+    return FrontierModel(HFLoss(hf), _hf_batch(batch, seq, vocab), None, False, stacks, {})
 
 
 # --- ResNet ---------------------------------------------------------------------------------

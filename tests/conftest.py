@@ -23,6 +23,7 @@ settings.register_profile("fxremat", derandomize=os.environ.get("FXREMAT_HYPOTHE
 settings.load_profile("fxremat")
 
 import fxremat  # noqa: E402
+from fxremat import models  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -46,17 +47,11 @@ def plan_of(fn, *args, **options):
 
 def transformer_step(budget, batch=2, seq=16, layers=2):
     """One training step of ``fxremat.models``' transformer compiled with fxremat at ``budget``
-    (partition level: ``compiler="eager"``), seed 0: a small graph that plans quickly."""
+    (partition level: ``compiler="eager"``), seed 0: a small graph that plans quickly.
+    (Dynamo is reset around each test: ``_fresh_dynamo``.)"""
     torch.manual_seed(0)
-    from fxremat import models
-
     model, inputs = models.make_transformer(batch=batch, seq=seq, layers=layers)
-    torch._dynamo.reset()
-    try:
-        torch.compile(model, backend="fxremat",
-                      options={"compiler": "eager", "memory_budget": budget})(*inputs).backward()
-    finally:
-        torch._dynamo.reset()
+    torch.compile(model, backend="fxremat", options={"compiler": "eager", "memory_budget": budget})(*inputs).backward()
 
 
 def train_step_matches_eager(make, compiler="eager", dtype=torch.float64, steps=2, **options):
