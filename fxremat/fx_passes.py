@@ -8,7 +8,7 @@ import torch.fx as fx
 
 from . import _compat, lite, oplib
 from .passes.memory import Timeline
-from .timeline import folded_mm, inputs_relaid_if_returned, products_kept_apart
+from .timeline import Inlining, folded_mm, inputs_relaid_if_returned, products_kept_apart, written_at_reader
 from .workspace import library_call
 
 
@@ -70,13 +70,23 @@ def mark_call_windows(gm: fx.GraphModule) -> fx.GraphModule:
     """Number, on every node (``_compat.CALL_WINDOW_KEY``), the library calls (matmuls,
     convolutions, attention, Inductor's ATen fallbacks) up to it: Inductor then fuses
     kernels that read nothing from each other only between the same two calls
-    (``_compat.install_segment_fusion_guard``), so each kernel runs where the timeline puts it."""
+    (``_compat.install_segment_fusion_guard``), so each kernel runs where the timeline puts it.
+    A value Inductor writes only when it lowers a library reader (``timeline.written_at_reader``,
+    ``Inlining.written_at_call``) is numbered as that reader's inputs are: a Hugging Face
+    T5's recomputed layer norm, read by a weight gradient's matmul far down the backward,
+    was fused with the kernels of the same norm's other readers there, sharing their reads,
+    and held across the attention's backward (measured 2.9% over the prediction)."""
     window = 0
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
         window += library_call(node)
         node.meta[_compat.CALL_WINDOW_KEY] = window
+    inlining = Inlining()
+    for node in gm.graph.nodes:
+        reader = written_at_reader(node) or inlining.written_at_call(node)
+        if reader is not None:
+            node.meta[_compat.CALL_WINDOW_KEY] = reader.meta[_compat.CALL_WINDOW_KEY] - 1
     return gm
 
 

@@ -88,7 +88,8 @@ def _inlinable(node: fx.Node, memo: Inlining) -> bool:
         return False  # Inductor's ``as_strided`` writes the storage it reinterprets
     readers = memo.readers(node)
     return len(readers) > 0 and all(r.op == "call_function"
-                                    and (memo.fusible(r) or oplib.loads_lazily(r, node) or memo.copied_view(r))
+                                    and (memo.fusible(r) or oplib.loads_lazily(r, node) or memo.copied_view(r)
+                                         or oplib.copies_unwritten_inputs(r))
                                     for r in readers)
 
 
@@ -174,6 +175,8 @@ class Inlining:
         self._copied_view: dict[fx.Node, bool] = {}
         self._readers: dict[fx.Node, list[fx.Node]] = {}
         self._loop_reuse_apart = _compat.inductor_tells_loop_reuse_apart()
+        self._written_at_call: dict[fx.Node, fx.Node | None] = {}
+        self._positions: dict[fx.Node, int] | None = None
 
     def fusible(self, node: fx.Node) -> bool:
         """``oplib.is_inductor_pointwise``, memoized."""
@@ -206,6 +209,53 @@ class Inlining:
             return False  # (a copied view has a base node: _copied_view)
         self._get(view.args[0])
         return view in self._copies
+
+    def written_at_call(self, node: fx.Node) -> fx.Node | None:
+        """The library call at whose lowering Inductor writes ``node``, where it computes
+        ``node`` inside its readers lowered before that call; else None (``node`` is written
+        where it is computed, or inlined everywhere).
+
+        Inductor decides at each node whether to write it (``GraphLowering.run_node``: its
+        thresholds, ``_realized``, or a reader among ``needs_realized_inputs`` with a body
+        loading more than one buffer). A pointwise value left unwritten there is inlined into
+        each reader lowered while it stays so; a library call reading it writes it then
+        (``ExternKernel.realize_input``), and the readers after load that buffer. HF T5's
+        softmax backward (``prims.fma``), read by the relative position bias's gradient (a
+        sum over the batch, two elements, unrolled) and, through a view, by two ``bmm``: the
+        sum is computed from the scores' gradient, the probabilities and their row sums, which
+        stay alive until the bias gradient's kernel at the end of the backward (measured 1.1%
+        over a prediction that had the ``fma`` written where it is computed)."""
+        if node in self._written_at_call:
+            return self._written_at_call[node]
+        found = None
+        if (node.op == "call_function" and not self._candidate(node) and self.fusible(node)
+                and not oplib.is_view(node) and not oplib.is_getitem(node) and not is_multi_output(node)
+                and not (oplib.is_reduction(node) and _unrolled_elements(node) <= 1)
+                and folded_mm(node) is None and not _read_as_strided(node)
+                and not (node.target is _CAT and _compat.inductor_writes_every_cat(_device_type(node)))):
+            readers = self.readers(node)
+            calls = [r for r in readers if r.op == "call_function" and library_call(r)
+                     and not oplib.copies_unwritten_inputs(r)]
+            others = [r for r in readers if r not in calls]
+            if calls and others and all(r.op == "call_function" and (self.fusible(r) or oplib.loads_lazily(r, node))
+                                        for r in others):
+                position = self._position(node)
+                first = min(calls, key=position.__getitem__)
+                if any(position[r] < position[first] for r in others):
+                    for a in node.all_input_nodes:
+                        self._get(a)
+                    body = self._body(node)
+                    hinted = (len(node.users) > 1 and any(library_call(u) for u in node.users)
+                              and len(body[3]) > 1)
+                    if not hinted and not self._realized(node, body)[0]:
+                        found = first
+        self._written_at_call[node] = found
+        return found
+
+    def _position(self, node: fx.Node) -> dict[fx.Node, int]:
+        if self._positions is None:
+            self._positions = {n: i for i, n in enumerate(node.graph.nodes)}
+        return self._positions
 
     def _broadcast(self, node: fx.Node) -> bool:
         """Is ``node`` read broadcast to a larger shape, by a pointwise reader or an
@@ -273,6 +323,26 @@ class Inlining:
                 return (False, frozenset([n.name]) | bias_loads, frozenset([n.name + ":bias"]) | bias_ops, bias_heavy,
                         _big(n) | bias_big, bias_extra)
             return False, frozenset([n.name]) if vals else frozenset(), frozenset(), False, _big(n), _NO_EXTRA
+        loads, ops, heavy, big_loads, extra = self._body(n)
+        if is_multi_output(n):
+            return True, loads, ops, heavy, big_loads, extra  # its items decide (``_inlinable``)
+        if oplib.is_getitem(n) and n.args[1] == 1 and len(ops) - 2 >= 2:  # (a candidate item: a max-pool's)
+            # A max-pool's offsets (its argmax, item 1) over an input inlined into it: Inductor
+            # counts the input's body once per window element, with the argmax's compares, and
+            # writes the offsets when that passes its op limit (``has_exceeded_max_reads``): a
+            # pooled SiLU's (four ops) were written (issue #27's U-Net, Checkmate's least plan:
+            # 0.6% over its prediction when taken as inlined), a ReLU's are not. Taken as written
+            # from two inlined ops up: at worst a small int8 buffer Inductor does not write.
+            return False, frozenset([n.name]), frozenset(), False, _big(n), _NO_EXTRA
+        written, copies = self._realized(n, (loads, ops, heavy, big_loads, extra))
+        if written:
+            return False, frozenset([n.name]), frozenset(), False, _big(n), _NO_EXTRA
+        self._copies.update(copies)
+        return True, loads, ops, heavy, big_loads, extra
+
+    def _body(self, n: fx.Node):
+        """What ``n``'s body would load and compute, inlined: ``(loads, ops, heavy, big loads,
+        extra)`` from its inputs' answers (which must be known)."""
         infos = [self._info[a] for a in n.all_input_nodes]
         if len(infos) == 1:  # (most pointwise ops: the input's sets as they are)
             _, loads, ops, heavy, big_loads, extra = infos[0]
@@ -289,21 +359,19 @@ class Inlining:
             # at each of them: every load and op of the input's body once per element (loads at
             # other indices are other loads to its op counter).
             extra = (unrolled * (len(loads) + extra[0]) - len(loads), unrolled * (len(ops) + extra[1]) - len(ops))
-        if is_multi_output(n):
-            return True, loads, ops, heavy, big_loads, extra  # its items decide (``_inlinable``)
-        if oplib.is_getitem(n) and n.args[1] == 1 and len(ops) - 2 >= 2:  # (a candidate item: a max-pool's)
-            # A max-pool's offsets (its argmax, item 1) over an input inlined into it: Inductor
-            # counts the input's body once per window element, with the argmax's compares, and
-            # writes the offsets when that passes its op limit (``has_exceeded_max_reads``): a
-            # pooled SiLU's (four ops) were written (issue #27's U-Net, Checkmate's least plan:
-            # 0.6% over its prediction when taken as inlined), a ReLU's are not. Taken as written
-            # from two inlined ops up: at worst a small int8 buffer Inductor does not write.
-            return False, frozenset([n.name]), frozenset(), False, _big(n), _NO_EXTRA
         val = n.meta.get("val")
         device = val.device.type if isinstance(val, torch.Tensor) else "cpu"
         if device == "cpu" and getattr(n.target, "overloadpacket", None) is not None:
             uses = _USES_ON_CPU.get(n.target.overloadpacket.__name__)
             heavy = heavy or (uses is not None and not uses.isdisjoint(_compat.inductor_heavy_ops_on_cpu()))
+        return loads, ops, heavy, big_loads, extra
+
+    def _realized(self, n: fx.Node, body) -> tuple[bool, list[fx.Node]]:
+        """Would Inductor write ``n`` where it is computed (its own thresholds), given its
+        ``body`` (``_body``)? And the views of it that it would copy if not."""
+        loads, ops, heavy, big_loads, extra = body
+        val = n.meta.get("val")
+        device = val.device.type if isinstance(val, torch.Tensor) else "cpu"
         if device not in self._limits:
             self._limits[device] = _compat.inductor_realize_thresholds(device)
         limit = self._limits[device]
@@ -323,14 +391,19 @@ class Inlining:
         # element and asks it to be written first (``realize_hint``): the zoo CNN's batch-norm
         # ReLU before its pool is written (its body loads five buffers).
         pooled = any(oplib.lowered_item_by_item(r) for r in self.readers(n))
+        # With several readers, one an attention call (``oplib.copies_unwritten_inputs``; among
+        # Inductor's ``needs_realized_inputs``), it is written where it is computed when its
+        # body loads more than one buffer (``realize_hint``), else copied for each such call.
+        hinted = len(n.users) > 1 and any(oplib.copies_unwritten_inputs(u) for u in n.users)
         written = (nreads > limit["acc_reads"] or nops > limit["max_ops"]
                    or ((several or broadcast) and (heavy or nops > limit["ops"]))
                    or (fanout and nreads > limit["reads"])
-                   or ((copies or pooled) and len(big_loads) > 1))  # realize_hint: see _copied_view
-        if written:
-            return False, frozenset([n.name]), frozenset(), False, _big(n), _NO_EXTRA
-        self._copies.update(copies)
-        return True, loads, ops, heavy, big_loads, extra
+                   or ((copies or pooled or hinted) and len(big_loads) > 1))  # realize_hint: see _copied_view
+        # A value computed from no buffer (positions from ``iota``, constants) is computed again
+        # in each kernel that reads it even where Inductor writes it (``ComputedBuffer.make_loader``
+        # inlines a body with no loads), and a buffer nothing loads is not made: HF T5's
+        # relative position buckets (a ``log``, five readers) hold nothing.
+        return written and bool(loads), copies
 
 
 def _big(node: fx.Node) -> frozenset[str]:
@@ -510,6 +583,9 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             layout_memo[n] = _inductor_layout(n, inlining, prefers_channels_last, channels_last_inputs,
                                               graph_relayouts, channels_last_memo)
         return layout_memo[n]
+    # A value Inductor writes only at a later library call (``Inlining.written_at_call``): its
+    # storage -> (that call, what the readers before it load instead)
+    written_late: dict[str, tuple[fx.Node, frozenset[str]]] = {}
     for node in gm.graph.nodes:
         base = base_of[node] = _storage_of(node, base_of)
         if node.op == "placeholder":
@@ -525,6 +601,11 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         inputs = node.all_input_nodes
         reads = (needs.get(inputs[0], _NONE) if len(inputs) == 1 else
                  _NONE.union(*[needs.get(a, _NONE) for a in inputs]))
+        if written_late:
+            for s in [s for s, (call, _) in written_late.items() if call is node]:
+                del written_late[s]
+            if not reads.isdisjoint(written_late):
+                reads = _NONE.union(*[written_late[s][1] if s in written_late else (s,) for s in reads])
         allocates: dict[str, int] = {}
         if fusion and inlining.copied(node):
             # a view Inductor copies to a buffer of its own, its base inlined (_copied_view)
@@ -600,8 +681,12 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             # Inductor scatters into a copy of what it is given, made in the scatter's own
             # buffer: a constant read by nothing else is never made (the zeros an
             # embedding's gradient accumulates into; a max-pool backward's, scattered by ATen).
+            # (so is one read by several scatters, each into a copy of its own: HF T5's relative
+            # position bias gradients, one a stack, into one zeros)
             target = node.args[0]
-            if _lazy_constant(target) and readers(target) == [node]:
+            if _lazy_constant(target) and all(
+                    r.args[0] is target and (oplib.is_index_put(r) or _compat.inductor_scatters_in_aten(r))
+                    for r in readers(target)):
                 deferred.pop(storage[target], None)
         if deferred and (allocates or is_multi_output(node)):  # a kernel or library call runs here
             for s in reads:
@@ -665,6 +750,22 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             scratch = workspace(node)
             if scratch:
                 allocates[f"{phase}:{node.name}:workspace"] = scratch
+        if fusion and oplib.copies_unwritten_inputs(node):
+            # Each input not written (inlined, ``Inlining``) is copied for this call alone by a
+            # kernel right before it, which reads what the input is computed from
+            # (``oplib.copies_unwritten_inputs``): HF GPT-NeoX's recomputed ``v``, a ``clone``
+            # of a slice of the QKV projection, copied for the attention and again for its
+            # backward, the projection alive in between (measured 4.7% over a prediction
+            # that had ``v`` written once, with Inductor's buffer reuse filling the rest).
+            unwritten = [a for a in dict.fromkeys(inputs)
+                         if storage.get(a) is None and isinstance(a.meta.get("val"), torch.Tensor)
+                         and inlining.fused_away(_viewed_value(a))]
+            if unwritten:
+                copies = {f"{phase}:{node.name}:{a.name}": node_bytes(a) for a in unwritten}
+                held.setdefault(node, []).append(Step(
+                    f"{node.name}:copies", allocates=copies, phase=phase, frees_late=kernel_groups,
+                    reads=_NONE.union(*[needs.get(a, _NONE) for a in unwritten])))
+                reads = _NONE.union(copies, *[needs.get(a, _NONE) for a in inputs if a not in unwritten])
         if fusion and _compat.inductor_scatters_in_aten(node):
             # The scatter's output (a copy of what it scatters into: the zeros of a max-pool's
             # backward) and the copies of its operands (``_scatter_operands_copied``) are
@@ -697,8 +798,12 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         steps.extend(held.pop(node, ()))
         # (a value with its channels-last copy for the call, ``_reshaped_for_convolution_backward``,
         # is written there too)
-        reader = (_written_at_reader(node) if fusion and storage[node] in allocates
+        reader = (written_at_reader(node) if fusion and storage[node] in allocates
                   and all(s == storage[node] or s.endswith(":channels_last") for s in allocates) else None)
+        if fusion and reader is None and storage[node] in allocates and len(allocates) == 1:
+            reader = inlining.written_at_call(node)
+            if reader is not None:
+                written_late[storage[node]] = (reader, reads)
         if reader is not None and reader not in addmms and node not in addmms:
             held.setdefault(reader, []).append(step)
         else:
@@ -1011,7 +1116,15 @@ def _may_donate(donor: fx.Node, layout: str | None, layouts: Callable[[fx.Node],
     return layout is None or theirs is None or theirs == layout
 
 
-def _written_at_reader(node: fx.Node) -> fx.Node | None:
+def _viewed_value(node: fx.Node) -> fx.Node:
+    """The node whose value ``node`` is, through views (``node`` itself if no view)."""
+    while (node.op == "call_function" and oplib.is_view(node) and not oplib.is_getitem(node)
+           and node.args and isinstance(node.args[0], NODES)):
+        node = node.args[0]
+    return node
+
+
+def written_at_reader(node: fx.Node) -> fx.Node | None:
     """The library call right before which Inductor computes this value, if that is not where
     the graph puts it: a pointwise value with one reader, through views with one reader each,
     that reader a library call (a clone of an attention's ``v`` for its ``bmm``). Inductor
