@@ -26,7 +26,10 @@ GPU: GPT-2 small, BERT-base, a 16-layer Llama, ResNet-50/101 at 224², a 4-level
   tuned for: ``t5`` (``T5ForConditionalGeneration``: encoder and decoder stacks, cross
   attention, a relative position bias made in the first layer and read by the others),
   ``gpt_neox`` (parallel attention and MLP residuals, partial rotary embeddings), ``phi``,
-  ``qwen2`` (grouped-query attention) and ``opt``. Tiny and small scales only; no chain.
+  ``qwen2`` (grouped-query attention), ``opt``, ``bloom`` (ALiBi position biases), ``falcon``
+  (parallel attention and MLP, one key and value head), ``gptj`` (interleaved rotary embeddings
+  on part of each head), ``mistral`` (sliding-window attention), ``gemma`` (GeGLU, tied head) and
+  ``bart`` (encoder and decoder, learned positions). Tiny and small scales only; no chain.
 - ``transformer``: ``fxremat.models.TransformerStack`` (pre-LN blocks with explicit attention,
   whose seq² scores dominate the activations; continuous inputs, mean-squared loss): the
   activation-heavy transformer of issue #4.
@@ -53,7 +56,9 @@ from fxremat.models import Bottleneck, PreLNBlock  # the blocks the tests use to
 SCALES = ("tiny", "small", "gpu")
 HF_MODELS = ("gpt2", "bert", "llama")
 MODELS = ("gpt2", "bert", "llama", "resnet50", "resnet101", "unet", "vit", "mlp", "transformer", "decoder")
-UNSEEN = ("t5", "gpt_neox", "phi", "qwen2", "opt")  # not the frontier's zoo: see the module docstring
+ENCODER_DECODER = ("t5", "bart")
+UNSEEN = ("t5", "gpt_neox", "phi", "qwen2", "opt", "bloom", "falcon", "gptj", "mistral", "gemma", "bart")
+# (not the frontier's zoo: see the module docstring)
 
 
 @dataclasses.dataclass
@@ -120,8 +125,8 @@ SIZES: dict[str, dict[str, dict]] = {
         "small": dict(layers=16, dim=64, heads=4, seq=256, batch=8, vocab=256),
         "gpu": dict(layers=24, dim=1024, heads=16, seq=2048, batch=8, vocab=32000),
     },
-    # The same sizes for each (T5: that many encoder and as many decoder blocks, 2 of each when tiny).
-    **{name: {"tiny": dict(layers=2 if name == "t5" else 3, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
+    # The same sizes for each (T5, BART: that many encoder and as many decoder blocks, 2 of each when tiny).
+    **{name: {"tiny": dict(layers=2 if name in ENCODER_DECODER else 3, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
               "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512)}
        for name in UNSEEN},
     "mlp": {
@@ -230,6 +235,32 @@ def make_unseen_hf(name: str, layers, dim, heads, ffn, seq, batch, vocab, use_ca
     elif name == "qwen2":
         hf = t.Qwen2ForCausalLM(t.Qwen2Config(intermediate_size=ffn, num_key_value_heads=max(heads // 2, 1), **common))
         stacks = [hf.model.layers]
+    elif name == "bloom":
+        hf = t.BloomForCausalLM(t.BloomConfig(vocab_size=vocab, hidden_size=dim, n_layer=layers, n_head=heads,
+                                              hidden_dropout=0.0, attention_dropout=0.0, use_cache=use_cache))
+        stacks = [hf.transformer.h]
+    elif name == "falcon":
+        hf = t.FalconForCausalLM(t.FalconConfig(hidden_dropout=0.0, attention_dropout=0.0, **common))
+        stacks = [hf.transformer.h]
+    elif name == "gptj":  # rotary embeddings on a quarter of each head
+        hf = t.GPTJForCausalLM(t.GPTJConfig(vocab_size=vocab, n_embd=dim, n_layer=layers, n_head=heads,
+                                            n_inner=ffn, n_positions=max(seq, 64), rotary_dim=max(dim // heads // 4, 2),
+                                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, use_cache=use_cache))
+        stacks = [hf.transformer.h]
+    elif name == "mistral":  # a window of half the sequence
+        hf = t.MistralForCausalLM(t.MistralConfig(intermediate_size=ffn, num_key_value_heads=max(heads // 2, 1),
+                                                  sliding_window=max(seq // 2, 1), **common))
+        stacks = [hf.model.layers]
+    elif name == "gemma":
+        hf = t.GemmaForCausalLM(t.GemmaConfig(intermediate_size=ffn, num_key_value_heads=max(heads // 2, 1),
+                                              head_dim=dim // heads, **common))
+        stacks = [hf.model.layers]
+    elif name == "bart":  # ``layers`` encoder blocks and as many decoder blocks
+        hf = t.BartForConditionalGeneration(t.BartConfig(
+            vocab_size=vocab, d_model=dim, encoder_layers=layers, decoder_layers=layers, encoder_attention_heads=heads,
+            decoder_attention_heads=heads, encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, max_position_embeddings=max(seq, 64),
+            dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, use_cache=use_cache))
+        stacks = [hf.model.encoder.layers, hf.model.decoder.layers]
     elif name == "opt":
         hf = t.OPTForCausalLM(t.OPTConfig(ffn_dim=ffn, word_embed_proj_dim=dim, dropout=0.0, attention_dropout=0.0,
                                           **common))

@@ -10,7 +10,7 @@ budget (a fraction, or bytes; 1.0 for no budget) with any further ``--options`` 
 runs compile with ``{"hold_outputs": false}``), runs two steps, and measures the third with
 the profiler's allocation events (``fxremat.measure.measure_peak_bytes``), gradients set to
 None first. Prints one JSON line:
-each graph's predicted peak and the step's measured peak. Caches are off, so every graph is
+each graph's budget in bytes and predicted peak, and the step's measured peak. Caches are off, so every graph is
 planned and lowered in this process.
 """
 
@@ -63,6 +63,7 @@ def main() -> None:
     print(json.dumps({"model": args.model, "scale": args.scale, "sizes": built.sizes, "budget": budget, "solver": args.solver, "inductor": args.inductor,
                       "options": args.options,
                       "torch": torch.__version__, "threads": torch.get_num_threads(),
+                      "budget_bytes": [p.budget_bytes for p in fxremat.inspect.plans()],
                       "predicted_peak_bytes": [p.predicted_peak_bytes for p in fxremat.inspect.plans()],
                       "measured_peak_bytes": measured}))
 

@@ -782,8 +782,14 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
                 reads = reads.union(made)
         # Inductor writes in place only from kernels it generates, not library calls, and
         # not from a gather (its loads go through an index, not the place it writes); an
-        # index_put scatters into the tensor it is given (an embedding gradient's zeros).
-        in_place = fusion and (oplib.is_fusible(node) or oplib.is_index_put(node)) and node not in addmms
+        # index_put scatters into the tensor it is given (an embedding gradient's zeros). Nor
+        # from a reduction, which reads more than it writes (``SchedulerNode.can_inplace``: the
+        # read's ranges are the write's): a BART's layer-norm weight gradient (32 values) was
+        # written over the saved row statistics it read last (2 x 16), the same 128 bytes, which
+        # Inductor held to the end of the kernel group (256 B over a prediction 192 B under the
+        # budget).
+        in_place = (fusion and (oplib.is_fusible(node) or oplib.is_index_put(node)) and node not in addmms
+                    and not oplib.is_reduction(node))
         frees_late = kernel_groups and not library_call(node) and node not in addmms
         if storage.get(node) is not None:
             owner.setdefault(storage[node], node)
