@@ -231,6 +231,12 @@ def is_inductor_pointwise(node: fx.Node) -> bool:
     return bool(_flags(node) & _LOWERED_POINTWISE) or (node.target in _gathers() and _integer_indices(node))
 
 
+def is_gather(node: fx.Node) -> bool:
+    """A gather Inductor lowers as a pointwise kernel that loads its first input through an
+    index (``_gathers``: ``embedding``, ``index``, ...)."""
+    return node.op == "call_function" and node.target in _gathers()
+
+
 def lowered_item_by_item(node: fx.Node) -> bool:
     """Does Inductor lower this tuple-returning op as separate pointwise values, one per item,
     not as one call (a max-pool's result and offsets, ``_POINTWISE_LOWERED_PRIMS``)?"""
