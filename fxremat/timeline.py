@@ -78,19 +78,25 @@ def _inlinable(node: fx.Node, memo: Inlining) -> bool:
             return False
         if is_multi_output(node):
             return True
+    if not _pointwise_kernel_body(node, memo):
+        return False
+    readers = memo.readers(node)
+    return len(readers) > 0 and all(r.op == "call_function"
+                                    and (memo.fusible(r) or oplib.loads_lazily(r, node) or memo.copied_view(r)
+                                         or oplib.copies_unwritten_inputs(r))
+                                    for r in readers)
+
+
+def _pointwise_kernel_body(node: fx.Node, memo: Inlining) -> bool:
+    """Is ``node`` a value Inductor may compute inside another kernel, its readers aside?"""
     if not memo.fusible(node) or oplib.is_view(node):
         return False
     if folded_mm(node) is not None:
         return False  # computed as addmm, a library call
     if node.target is _CAT and _compat.inductor_writes_every_cat(_device_type(node)):
         return False  # a concatenation kernel of its own, its inputs computed into its slices
-    if _read_as_strided(node):
-        return False  # Inductor's ``as_strided`` writes the storage it reinterprets
-    readers = memo.readers(node)
-    return len(readers) > 0 and all(r.op == "call_function"
-                                    and (memo.fusible(r) or oplib.loads_lazily(r, node) or memo.copied_view(r)
-                                         or oplib.copies_unwritten_inputs(r))
-                                    for r in readers)
+    # Inductor's ``as_strided`` writes the storage it reinterprets
+    return not _read_as_strided(node)
 
 
 _NO_EXTRA = (0, 0)  # loads and ops a body counts beyond its distinct buffers and ops (unrolled reductions)
@@ -228,11 +234,9 @@ class Inlining:
         if node in self._written_at_call:
             return self._written_at_call[node]
         found = None
-        if (node.op == "call_function" and not self._candidate(node) and self.fusible(node)
-                and not oplib.is_view(node) and not oplib.is_getitem(node) and not is_multi_output(node)
+        if (node.op == "call_function" and not oplib.is_getitem(node) and not is_multi_output(node)
                 and not (oplib.is_reduction(node) and _unrolled_elements(node) <= 1)
-                and folded_mm(node) is None and not _read_as_strided(node)
-                and not (node.target is _CAT and _compat.inductor_writes_every_cat(_device_type(node)))):
+                and _pointwise_kernel_body(node, self) and not self._candidate(node)):
             readers = self.readers(node)
             calls = [r for r in readers if r.op == "call_function" and library_call(r)
                      and not oplib.copies_unwritten_inputs(r)]
