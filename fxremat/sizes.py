@@ -77,6 +77,19 @@ def tensor_bytes(t: torch.Tensor) -> int:
     return nbytes
 
 
+def strided_bytes(t: torch.Tensor) -> int:
+    """Bytes of a buffer allocated with ``t``'s sizes and strides (``empty_strided``): its
+    span, more than ``tensor_bytes`` where the strides leave gaps (a copy into a column of a
+    matrix, returned with the column's strides: 4 elements 128 apart span 385)."""
+    if any(_hint(n) == 0 for n in t.shape):
+        return 0
+    elements = 1 + sum((_hint(n) - 1) * abs(_hint(st)) for n, st in zip(t.shape, t.stride()))
+    nbytes = max(elements, _hint(t.numel())) * t.element_size()
+    if t.device.type == "cuda":
+        return -(-nbytes // CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES
+    return nbytes
+
+
 def _expr(value) -> sympy.Expr:
     if isinstance(value, torch.SymInt):
         return sympy.sympify(value.node.expr)

@@ -22,7 +22,7 @@ from .lite import NODES
 from .memo import per_meta
 from .passes.memory import Step, Timeline, simulate
 from .workspace import channels_last_scratch_bytes, library_call
-from .sizes import (_hint, flat_tensors, is_multi_output, incoming_gradient_held, node_bytes, node_bytes_expr, storage_of,
+from .sizes import (_hint, strided_bytes, flat_tensors, is_multi_output, incoming_gradient_held, node_bytes, node_bytes_expr, storage_of,
                     tensor_bytes, tensor_bytes_expr)
 
 _node_bytes, _tensor_bytes = node_bytes, tensor_bytes  # _graph_steps' names for them, when not symbolic
@@ -560,6 +560,10 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     node_bytes, tensor_bytes = (node_bytes_expr, tensor_bytes_expr) if symbolic else (_node_bytes, _tensor_bytes)
     storage: dict[fx.Node, str | None] = {}
     needs: dict[fx.Node, frozenset[str]] = {}  # storages that reading the node's value touches
+    # of those, the ones it reads out of their order (through a view that permutes, slices,
+    # broadcasts or offsets): none of them is written over in place by its reader
+    out_of_order: dict[fx.Node, frozenset[str]] = {}
+    returned = set(_output_nodes(gm)) if fusion else set()
     steps: list[Step] = []
     pending_copies = [n for n in gm.graph.find_nodes(op="placeholder") if n.name in relaid]
     inlining = Inlining()
@@ -631,6 +635,8 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             base_node = next((a for a in node.all_input_nodes), None)
             storage[node] = storage.get(base_node) if base is not None and base_node is not None else None
             needs[node] = needs.get(base_node, frozenset()) if base is not None and base_node is not None else frozenset()
+            if base is not None and base_node is not None:
+                out_of_order[node] = needs[node] if _read_out_of_order(node) else out_of_order.get(base_node, _NONE)
         elif is_multi_output(node) and not (fusion and inlining.fused_away(node)):
             # The op allocates all its outputs while its inputs are alive (a library call:
             # the flash attention backward's three gradients, measured on HF BERT); each
@@ -652,9 +658,11 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         elif node in folded:
             storage[node] = None  # computed by the addmm at its add
             needs[node] = reads
+            out_of_order[node] = _NONE.union(*[out_of_order.get(a, _NONE) for a in inputs])
         elif fusion and inlining.fused_away(node):
             storage[node] = None
             needs[node] = reads
+            out_of_order[node] = _NONE.union(*[out_of_order.get(a, _NONE) for a in inputs])
         elif fusion and _lazy_constant(node):
             # Inductor makes a constant (``full``, ``zeros``) only when a kernel that cannot
             # inline it reads it (an index_put_ into a zeros buffer): at that reader,
@@ -672,6 +680,12 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             storage[node] = f"{phase}:{node.name}"
             needs[node] = frozenset([storage[node]])
             allocates = {storage[node]: node_bytes(node)}
+            if fusion and not symbolic and node in returned and isinstance(node.meta.get("val"), torch.Tensor):
+                # Inductor gives a value the graph returns the strides it has in eager mode
+                # (``keep_output_stride``) and allocates their span: HF T5's decoder input ids,
+                # a copy into a column of a 4 x 128 matrix, returned with the column's strides
+                # for the backward, 3,080 bytes where its 4 elements take 32.
+                allocates[storage[node]] = strided_bytes(node.meta["val"])
             if fusion and channels_last and len(reads) > 1 and node not in prefers_channels_last:
                 # (Inductor realizes such a value where it is computed only when its kernel
                 # loads more than one buffer, ``StorageBox.realize_hint``; a ReLU of one
@@ -811,6 +825,15 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         if in_place and channels_last and storage[node] in allocates and owner.get(storage[node]) is node:
             # (only where buffers may be laid out channels-last: elsewhere all are contiguous)
             donors = _same_layout_donors(node, reads, owner, layouts)
+        if in_place:
+            # Inductor writes over a buffer only where it reads it at the index it writes
+            # (``SchedulerNode.can_inplace``): not one read through a permutation, a slice or a
+            # broadcast. HF GPT-NeoX's query-key-value gradient, the contiguous copy of a
+            # permuted concatenation, was written beside it, not over it (0.9% over the
+            # prediction once Inductor's buffer reuse filled the slack the prediction left).
+            unordered = _NONE.union(*[out_of_order.get(a, _NONE) for a in inputs])
+            if not unordered.isdisjoint(reads):
+                donors = frozenset(reads if donors is None else donors) - unordered
         # (the set itself: a fused value's reads are its inputs', shared, and their order does
         # not change the timeline)
         step = Step(node.name, allocates=allocates, reads=reads, phase=phase, in_place=in_place,
@@ -1200,6 +1223,26 @@ def _view_with_gaps(node: Any) -> bool:
         if stride != expected:
             return True
         expected *= size
+    return False
+
+
+def _read_out_of_order(view: fx.Node) -> bool:
+    """Does reading the view ``view`` element by element, in row-major order, not walk its
+    storage from its start (a permutation, a slice, a broadcast, an offset; dimensions of size 1
+    ignored)? Inductor's kernels write their outputs in row-major order, so such a read is at
+    another index than the write."""
+    val = view.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return False
+    if _hint(val.storage_offset()) != 0:
+        return True
+    expected = 1
+    for size, stride in reversed(list(zip(val.shape, val.stride()))):
+        if _hint(size) == 1:
+            continue
+        if _hint(stride) != expected:
+            return True
+        expected *= _hint(size)
     return False
 
 
