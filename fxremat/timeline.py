@@ -22,8 +22,8 @@ from .lite import NODES
 from .memo import per_meta
 from .passes.memory import Step, Timeline, simulate
 from .workspace import channels_last_scratch_bytes, library_call
-from .sizes import (_hint, strided_bytes, flat_tensors, is_multi_output, incoming_gradient_held, node_bytes, node_bytes_expr, storage_of,
-                    tensor_bytes, tensor_bytes_expr)
+from .sizes import (_hint, flat_tensors, is_multi_output, incoming_gradient_held, node_bytes, node_bytes_expr, storage_of,
+                    strided_bytes, tensor_bytes, tensor_bytes_expr)
 
 _node_bytes, _tensor_bytes = node_bytes, tensor_bytes  # _graph_steps' names for them, when not symbolic
 
