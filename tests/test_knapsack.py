@@ -186,7 +186,7 @@ def test_auto_names_the_knapsacks_least_when_it_is_below_rotors(monkeypatch):
     from fxremat import BudgetError
     from fxremat.strategies import staged
 
-    def rotor_fails(saved_set, budget, solver, max_stages=None):
+    def rotor_fails(saved_set, budget, solver, max_stages=None, beat=None):
         least = types.SimpleNamespace(plan=types.SimpleNamespace(notes={"stages": 3}))
         raise BudgetError("no plan", least_bytes=1 << 62, least_candidate=least)
 

@@ -65,3 +65,115 @@ def test_a_second_view_finds_the_faster_plan_that_fits():
     problem = _Problem(budget=550)
     found = staged.search_faster_than(problem, _solve_at, 10, 1000, beat=_solve_at(10).makespan)
     assert found is not None and 400 < found.peak <= 550
+
+
+class _SavedBytesProblem(_Problem):
+    """Also ``make(schedule, unless_above)`` as ``StagedProblem`` has it: a schedule whose
+    saved bytes (here 90% of its predicted peak, a lower bound of it) are over both
+    ``unless_above`` and the budget is not built."""
+
+    def __init__(self, budget: int):
+        super().__init__(budget)
+        self.skipped = []
+
+    def make(self, schedule, unless_above=None):
+        if (schedule is not None and unless_above is not None and schedule.makespan not in self.built
+                and 0.9 * schedule.kept[0] > max(unless_above, self.budget)):
+            self.skipped.append(schedule.makespan)
+            return None
+        return super().make(schedule, unless_above)
+
+
+def _solve_curved(model_budget: float):
+    """As ``_solve_at``, but the model's overstatement varies (the predicted peak grows with
+    the square of the model budget): guesses from one probe miss, and the bisection probes
+    schedules over the budget."""
+    step = int(model_budget // 10) * 10
+    return staged.Schedule([], 1000.0 - step, [0.0011 * step * step + 100])
+
+
+def test_the_bisection_builds_no_schedule_whose_saved_bytes_are_over_the_budget():
+    plain, bounded = _Problem(budget=550), _SavedBytesProblem(budget=550)
+    plan = staged.search_model_budget(plain, _solve_curved, 10, 1000, (1.0,))
+    found = staged.search_model_budget(bounded, _solve_curved, 10, 1000, (1.0,))
+    # The keep-all schedule is built (the search's upper end); in the bisection, none whose
+    # saved bytes alone are over the budget, and the plan is the same, filling the budget.
+    top = _solve_curved(1000).makespan
+    assert bounded.skipped and all(0.9 * probe.peak <= 550 for key, probe in bounded.built.items() if key != top)
+    assert found.peak == plan.peak == 550 and len(bounded.built) < len(plain.built)
+
+
+def _traffic_saved_set(compiler: str = "inductor"):
+    """The context and traffic-optimal saved set of the zoo's transformer (3 layers), for
+    the staged searches: planning stops there."""
+    import warnings
+
+    import torch
+    from torch._dynamo.backends.common import aot_autograd
+
+    from fxremat import _compat, models, partition
+    from fxremat.options import Options
+    from fxremat.strategies import mincut
+
+    found = {}
+
+    class Done(Exception):
+        pass
+
+    def grab(joint, joint_inputs, *, num_fwd_outputs, **_):
+        ctx = partition.context(joint, num_fwd_outputs, Options.from_user({"compiler": compiler}))
+        mincut_plan = mincut.traffic_optimal(ctx)
+        found["set"], found["peak"] = staged.traffic(ctx, mincut_plan), mincut_plan.peak
+        raise Done
+
+    torch.manual_seed(0)
+    model, batch = models.make_transformer(batch=2, seq=32, dim=32, layers=3)
+    backend = aot_autograd(fw_compiler=lambda g, _: g, partition_fn=grab,
+                           decompositions=_compat.inductor_decompositions())
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            torch.compile(model, backend=backend)(*batch).sum().backward()
+        except Exception:  # noqa: BLE001 - Done, wrapped by Dynamo
+            pass
+    return found["set"], found["peak"]
+
+
+def test_a_saved_set_whose_fastest_schedule_cannot_beat_an_earlier_plan_builds_nothing(monkeypatch):
+    """``fastest`` hands each saved set the makespan to beat (the earlier sets' best): a set
+    whose keep-all schedule (the fastest of each view) is not faster returns None unbuilt;
+    one that can beat it is searched as without the bound (the same plan)."""
+    from fxremat.strategies import SOLVERS
+
+    saved_set, mincut_peak = _traffic_saved_set()
+    rotor = SOLVERS["rotor"]
+    budget = int(0.8 * mincut_peak)
+    plan = staged.plan_around(saved_set, budget, rotor)
+    assert plan.peak <= budget
+    made = []
+    real_make = staged.StagedProblem.make
+    monkeypatch.setattr(staged.StagedProblem, "make", lambda self, *a, **k: made.append(a) or real_make(self, *a, **k))
+    assert staged.plan_around(saved_set, budget, rotor, beat=plan.plan.cut_cost * 0.5) is None and made == []
+    again = staged.plan_around(saved_set, budget, rotor, beat=plan.plan.cut_cost * 2)
+    assert again.plan.sequence == plan.plan.sequence and made
+
+
+def test_fastest_says_which_sets_had_no_faster_plan():
+    import types
+
+    def candidate(cost):
+        return types.SimpleNamespace(plan=types.SimpleNamespace(cut_cost=cost, notes={}, solver="rotor"))
+
+    sets = [types.SimpleNamespace(label=label, ctx=types.SimpleNamespace(progress=lambda what: None))
+            for label in ("traffic", "lean", "knapsack")]
+    beats = []
+
+    def plan_one(saved_set, beat):
+        beats.append(beat)
+        return {"traffic": candidate(2.0), "lean": candidate(1.0), "knapsack": None}[saved_set.label]
+
+    best, why = staged.fastest(sets, plan_one)
+    assert best.plan.cut_cost == 1.0 and best.plan.notes["saved_set"] == "lean"
+    assert beats == [None, 2.0, 1.0]  # each set is handed the best makespan before it
+    assert "knapsack: no plan faster within the budget: lean" in why

@@ -33,7 +33,7 @@ def plan(ctx: Context, mincut_plan: Candidate, budget: int, over: bool, solver) 
                                         saved))
     try:
         rotor = SOLVERS["rotor"]
-        found, sets_why = staged.fastest(sets, lambda s: staged.plan_around(s, budget, rotor))
+        found, sets_why = staged.fastest(sets, lambda s, beat: staged.plan_around(s, budget, rotor, beat=beat))
         found, staged_why = _with_checkmate(traffic, found, budget)
         why += f"{sets_why}; {staged_why}"
     except BudgetError as error:

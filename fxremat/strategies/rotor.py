@@ -43,15 +43,24 @@ def search(problem: StagedProblem) -> Candidate:
     # lower least-memory plan is the one the error names. Once one view has a plan, the
     # other's search builds only the schedules faster than it (``search_faster_than``).
     views = [False, True] if ctx.options.compiler == "inductor" else [False]
-    found, refused = [], []
-    for fused in views:
+
+    def view_chain(fused: bool) -> rotor_dp.Chain:
         # The same for every budget: built once per linearization and view (a fraction's
         # least-memory search and its search within the budget both ask).
         key = ("rotor chain", id(lin), fused, need, kept)
         if key not in ctx.memo:
             ctx.memo[key] = chain.rotor_chain(lin, problem.cost, ctx.input_names, in_chain,
                                               later_graphs=(need, kept), incoming=(handed, tangents), fused=fused)
-        rchain = ctx.memo[key]
+        return ctx.memo[key]
+
+    if problem.beat is not None and all(_ends(problem, view_chain(fused), persistent)[1].makespan >= problem.beat
+                                        for fused in views):
+        # No schedule of either view is faster than the plan to beat (a keep-all schedule is
+        # the fastest there is): whatever fits would lose to it (the earlier set's, on ties).
+        return None
+    found, refused = [], []
+    for fused in views:
+        rchain = view_chain(fused)
         beat = found[0].plan.cut_cost if found else None
         try:
             plan, keeps_every_stage = _search_chain(problem, rchain, persistent, beat)
@@ -66,6 +75,18 @@ def search(problem: StagedProblem) -> Candidate:
     if not found:
         raise min(refused, key=lambda e: e.least_bytes if e.least_bytes is not None else float("inf"))
     return min(found, key=lambda c: c.plan.cut_cost)  # the first on ties: the upper-bound view's
+
+
+def _ends(problem: StagedProblem, rchain: rotor_dp.Chain, persistent: bool) -> tuple[float, rotor_dp.Solution]:
+    """The chain's least model budget, and its fastest schedule (which keeps every stage):
+    the ends of the model budgets searched, found once per chain."""
+    key = ("rotor ends", id(rchain), persistent)
+    if key not in problem.ctx.memo:
+        # A chain whose every byte lives outside it (one linear layer) needs a budget of 0,
+        # which the DP does not take: ask for one byte.
+        problem.ctx.memo[key] = (max(rotor_dp.min_budget(rchain, persistent=persistent), 1.0),
+                                 rotor_dp.solve(rchain, 1e30, persistent=persistent))
+    return problem.ctx.memo[key]
 
 
 def _search_chain(problem: StagedProblem, rchain: rotor_dp.Chain, persistent: bool,
@@ -87,13 +108,7 @@ def _search_chain(problem: StagedProblem, rchain: rotor_dp.Chain, persistent: bo
                 solved[model_budget] = None
         return solved[model_budget]
 
-    # A chain whose every byte lives outside it (one linear layer) needs a budget of 0,
-    # which the DP does not take: ask for one byte.
-    key = ("rotor ends", id(rchain), persistent)
-    if key not in problem.ctx.memo:
-        problem.ctx.memo[key] = (max(rotor_dp.min_budget(rchain, persistent=persistent), 1.0),
-                                 rotor_dp.solve(rchain, 1e30, persistent=persistent))
-    least_model, keep_all = problem.ctx.memo[key]
+    least_model, keep_all = _ends(problem, rchain, persistent)
     most_model = max(keep_all.peak, least_model)  # keeps every stage: more never helps
     slack = (1.0001, 1.01, 1.03, 1.1)  # the DP rounds sizes up into bins
     if beat is not None:

@@ -60,19 +60,28 @@ def saved_sets(ctx: Context, mincut_saved: SavedSet) -> list[SavedSet]:
     return found
 
 
-def fastest(sets: list[SavedSet], plan_one: Callable[[SavedSet], Candidate]) -> tuple[Candidate, str]:
+def fastest(sets: list[SavedSet], plan_one: Callable[[SavedSet, float | None], Candidate | None]
+            ) -> tuple[Candidate, str]:
     """``plan_one`` around each saved set: the plan of least makespan in the solver's model
-    (the first on ties), and what each set gave, for
-    the plan's ``why`` ("" for one set). Raises the BudgetError naming the least minimum
-    when no set has a plan within the budget."""
-    found, errors = [], []
+    (the first on ties), and what each set gave, for the plan's ``why`` ("" for one set).
+    Raises the BudgetError naming the least minimum when no set has a plan within the budget.
+
+    ``plan_one(saved_set, beat)``: the set's plan, or, with ``beat`` (the least makespan of
+    the sets before, model seconds), only a plan faster than that, or None: a later set's plan
+    as slow loses the tie to the earlier one, so its search need not build it
+    (``search_faster_than``)."""
+    found, errors, slower = [], [], []
     for i, saved_set in enumerate(sets, 1):
         saved_set.ctx.progress(f"planning around {_SAVED_SET_NAMES.get(saved_set.label, saved_set.label)} "
                                f"saved set ({i} of {len(sets)})")
+        beat = min((f[1].plan.cut_cost for f in found), default=None)
         try:
-            result = plan_one(saved_set)
+            result = plan_one(saved_set, beat)
         except BudgetError as error:
             errors.append(error)
+            continue
+        if result is None:
+            slower.append(saved_set.label)
             continue
         result.plan.notes["saved_set"] = saved_set.label
         found.append((saved_set.label, result))
@@ -87,7 +96,10 @@ def fastest(sets: list[SavedSet], plan_one: Callable[[SavedSet], Candidate]) -> 
     if len(sets) == 1:
         return best, ""
     estimates = ", ".join(f"{lab} {res.plan.cut_cost * 1e3:.3f} ms" for lab, res in found)
-    failed = "".join(f"; {s.label}: no plan within the budget" for s in sets if s.label not in dict(found))
+    said = dict(found)
+    failed = "".join(f"; {s.label}: " + ("no plan faster within the budget" if s.label in slower else
+                                         "no plan within the budget")
+                     for s in sets if s.label not in said)
     names = [_SAVED_SET_NAMES.get(s.label, s.label) for s in sets]
     solver = best.plan.solver
     return best, (f"; planned around {', '.join(names[:-1])} and {names[-1]} saved sets, "
@@ -99,7 +111,7 @@ def plan(ctx: Context, mincut_plan: Candidate, budget: int, over: bool, solver) 
     traffic-optimal saved set, and, over budget, for a chain solver, around the lean one too."""
     first = traffic(ctx, mincut_plan)
     sets = saved_sets(ctx, first) if over and solver.chain else [first]
-    best, why = fastest(sets, lambda s: plan_around(s, budget, solver))
+    best, why = fastest(sets, lambda s, beat: plan_around(s, budget, solver, beat=beat))
     best.plan.notes["why"] = f"solver={solver.name!r} was asked for{why}"
     return best
 
@@ -167,6 +179,9 @@ class StagedProblem:
     kept: Probe | None = None  # the fastest fitting probe: the only one whose graphs are kept
     # sequence -> candidate, shared with this saved set's other searches (``Context.memo``)
     scored: dict[str, Candidate] = dataclasses.field(default_factory=dict)
+    # Model seconds a plan must beat to matter (an earlier saved set's plan), or None: the
+    # solvers that tell build only faster schedules and may find none (``fastest``).
+    beat: float | None = None
 
     def make(self, schedule: Schedule | None, unless_above: int | None = None) -> Probe | None:
         """The probe of ``schedule`` (None for none); nearby model budgets share plans.
@@ -246,9 +261,11 @@ class StagedProblem:
         return found
 
 
-def plan_around(saved_set: SavedSet, budget: int, solver, max_stages: int | None = None) -> Candidate:
+def plan_around(saved_set: SavedSet, budget: int, solver, max_stages: int | None = None,
+                beat: float | None = None) -> Candidate | None:
     """The fastest plan of a staged ``solver`` over the linearization around ``saved_set``
-    whose predicted peak fits ``budget``. Raises BudgetError."""
+    whose predicted peak fits ``budget``. Raises BudgetError. ``beat`` (model seconds): only
+    a plan faster than that, or None (a solver that cannot tell returns its plan)."""
     ctx = saved_set.ctx
     classes = ctx.classes
     lin, cost = linearize(ctx, saved_set.backward, saved_set.saved, max_stages or solver.max_stages,
@@ -266,7 +283,8 @@ def plan_around(saved_set: SavedSet, budget: int, solver, max_stages: int | None
                              "cost_model": ctx.options.cost_model}
     shared = ctx.memo.setdefault(("staged probes", solver.name, max_stages or solver.max_stages,
                                   tuple(n.name for n in saved_set.saved), len(lin.stages)), {})
-    problem = StagedProblem(ctx, lin, cost, gradients, outside, syms, notes, budget, solver, scored=shared)
+    problem = StagedProblem(ctx, lin, cost, gradients, outside, syms, notes, budget, solver, scored=shared,
+                            beat=beat)
     return solver.strategy().search(problem)
 
 
@@ -369,7 +387,9 @@ def _bisect(problem: StagedProblem, solve_at: Callable[[float], Schedule | None]
             continue
         built += 1
         seen = len(problem.built)
-        found = make(schedule)
+        # A schedule whose saved bytes alone are over the budget cannot fit: not built
+        # (the next guess is made from the last probe built).
+        found = make(schedule, unless_above=0)
         if fits(found):
             lo = mid
             if best is None or found.schedule.makespan < best.schedule.makespan:
