@@ -17,7 +17,7 @@ from .joint import NodeClasses, graph_device, recomputed_entry
 from .options import Options
 from .passes import mincut
 from .plans import Plan
-from .sizes import describe, is_multi_output, storage_bytes, storage_of
+from .sizes import alive_at_backward_bytes, describe, is_multi_output, storage_bytes, storage_of
 from .timeline import predict, relaid_inputs
 from .workspace import scratch_model
 
@@ -104,6 +104,18 @@ class Context:
     def user_outputs(self) -> list[fx.Node]:
         """The forward's outputs the caller gets (not the values saved for the backward)."""
         return [n for n in self.classes.fwd_outputs[:self.num_fwd_outputs] if isinstance(n, fx.Node)]
+
+    def backward_start_bytes(self, saved: list[fx.Node]) -> int:
+        """A lower bound of the predicted peak of any plan saving ``saved``: what is alive
+        when its backward begins (``sizes.alive_at_backward_bytes``): the saved storages, the
+        outputs the caller holds (``hold_outputs``) and the incoming gradients the backward
+        reads. Searches skip building a probe this proves cannot fit or cannot predict less."""
+        incoming = self.memo.get("incoming gradients read")
+        if incoming is None:
+            incoming = self.memo["incoming gradients read"] = [
+                n for n in self.joint.graph.nodes if n.op == "placeholder" and _compat.is_tangent(n) and n.users]
+        held = self.user_outputs if self.options.hold_outputs else []
+        return alive_at_backward_bytes(saved, held, incoming, self.input_names)
 
     def saved_nodes(self, names) -> list[fx.Node]:
         """The joint graph's nodes named in ``names``, in graph order: reproducible."""

@@ -196,6 +196,15 @@ def handed_over_bytes(saved, exclude: set[str] = frozenset()) -> int:
     return sum(largest.values())
 
 
+def alive_at_backward_bytes(saved, held=(), incoming=(), exclude: set[str] = frozenset()) -> int:
+    """Bytes alive when a plan's backward begins, a lower bound of its peak tighter than
+    ``handed_over_bytes``: the saved storages (as there), the forward's outputs the caller
+    holds to the end of the step (``held``; storages apart from the saved ones, less those in
+    ``exclude``), and the incoming gradients (``incoming``, those the backward reads), which
+    arrive before any backward op runs and frees anything."""
+    return handed_over_bytes(list(saved) + list(held), exclude) + sum(node_bytes(n) for n in incoming)
+
+
 def describe(node: fx.Node) -> dict:
     """Name, shape, dtype and bytes of a tensor node, for reports."""
     val = node.meta.get("val")

@@ -143,19 +143,21 @@ def test_knapsack_below_its_reach_names_the_least_budget_and_rotor_goes_lower():
     (models.make_unet, dict(batch=2, size=32), 0.8),
 ])
 def test_skipping_probes_by_their_saved_bytes_changes_no_plan(monkeypatch, make, kwargs, budget):
-    """The knapsack skips building a probe whose saved values alone are over the budget
-    (``sizes.handed_over_bytes``, a lower bound of its predicted peak). Every probe built
-    without the skip predicts at least its bound, and the plans, the knapsack's own and
-    auto's, are the same with and without it."""
-    from fxremat import sizes
+    """The knapsack skips building a probe whose bytes alive as its backward begins are over
+    the budget (``Context.backward_start_bytes``: what it saves, the outputs held and the
+    incoming gradients; a lower bound of its predicted peak). Every probe built without the
+    skip predicts at least its bound, and the plans, the knapsack's own and auto's, are the
+    same with and without it."""
+    from fxremat.candidate import Context
     from fxremat.strategies import knapsack as knapsack_strategy
 
     bounds, peaks, plans = {}, {}, {}
     real_candidate = knapsack_strategy.make_candidate
+    real_bound = Context.backward_start_bytes
     skip = {"on": True}
 
-    def recording_bound(saved, exclude=frozenset()):
-        bounds[frozenset(n.name for n in saved)] = bound = sizes.handed_over_bytes(saved, exclude)
+    def recording_bound(ctx, saved):
+        bounds[frozenset(n.name for n in saved)] = bound = real_bound(ctx, saved)
         return bound if skip["on"] else 0  # a bound of 0 skips nothing
 
     def recording_candidate(ctx, solver, fwd, bwd, saved, *args, **kw):
@@ -163,7 +165,7 @@ def test_skipping_probes_by_their_saved_bytes_changes_no_plan(monkeypatch, make,
         peaks[frozenset(n.name for n in saved)] = found.peak
         return found
 
-    monkeypatch.setattr(knapsack_strategy, "handed_over_bytes", recording_bound)
+    monkeypatch.setattr(Context, "backward_start_bytes", recording_bound)
     monkeypatch.setattr(knapsack_strategy, "make_candidate", recording_candidate)
     for bound_on in (False, True):
         skip["on"] = bound_on

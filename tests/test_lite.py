@@ -180,8 +180,10 @@ def test_planning_runs_on_a_fresh_stack_as_the_caller():
 
 def test_the_least_memory_ladder_builds_only_rungs_that_can_matter(monkeypatch):
     """Asked for its least-memory plan (the fraction 0.0), Rotor's ladder skips the rungs
-    whose saved bytes alone are over the least peak so far: the same plan as building every
-    rung, from fewer candidates."""
+    whose bytes alive as its backward begins are over the least peak so far: the same plan as
+    building every rung, from fewer candidates."""
+    from fxremat.candidate import Context
+
     built = []
     real_build = staged.StagedProblem._build
 
@@ -194,7 +196,7 @@ def test_the_least_memory_ladder_builds_only_rungs_that_can_matter(monkeypatch):
     pruned = _plan(models.make_transformer, kwargs, options)
     pruned_builds = len(built)
     built.clear()
-    monkeypatch.setattr(staged, "handed_over_bytes", lambda *args: 0)  # a bound that never skips
+    monkeypatch.setattr(Context, "backward_start_bytes", lambda *args: 0)  # a bound that never skips
     every = _plan(models.make_transformer, kwargs, options)
     assert [(p.predicted_peak_bytes, p.saved, p.sequence) for p in pruned] == \
         [(p.predicted_peak_bytes, p.saved, p.sequence) for p in every]

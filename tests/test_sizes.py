@@ -79,3 +79,24 @@ def test_a_cuda_tensor_takes_whole_512_byte_blocks_and_a_cpu_tensor_its_bytes():
         assert tensor_bytes(torch.empty(129, device="cuda")) == 1024
         assert tensor_bytes(torch.empty(0, device="cuda")) == 0
         assert tensor_bytes(torch.empty(3, device="cpu")) == 12
+
+
+def test_bytes_alive_as_a_backward_begins_count_each_storage_once():
+    """``alive_at_backward_bytes``: the saved storages, the held outputs in storages of their
+    own (a view of a saved value adds nothing), and the incoming gradients."""
+    from fxremat.sizes import alive_at_backward_bytes, handed_over_bytes
+
+    def f(x, w):
+        y = x.sin()
+        z = y @ w
+        return z, y.t(), z.relu()
+
+    gm = _trace(f, torch.randn(8, 16), torch.randn(16, 4))
+    sin, mm = _node(gm, torch.ops.aten.sin.default), _node(gm, torch.ops.aten.mm.default)
+    relu, t = _node(gm, torch.ops.aten.relu.default), _node(gm, torch.ops.aten.t.default)
+    x = next(n for n in gm.graph.nodes if n.op == "placeholder")
+    assert handed_over_bytes([sin]) == 8 * 16 * 4
+    # held: z (its own storage), y.t() (sin's storage, saved already); incoming: a gradient like relu
+    assert alive_at_backward_bytes([sin], held=[mm, t], incoming=[relu]) == 8 * 16 * 4 + 8 * 4 * 4 + 8 * 4 * 4
+    # a step input (excluded) is not counted, held or saved
+    assert alive_at_backward_bytes([sin, x], held=[x], exclude={x.name}) == 8 * 16 * 4

@@ -13,7 +13,7 @@ from ..candidate import Candidate, Context, extract_placed, make_candidate
 from ..fx_passes import mark_recomputation_windows
 from ..passes import knapsack, mincut
 from ..plans import below_minimum
-from ..sizes import handed_over_bytes, node_bytes
+from ..sizes import node_bytes
 
 # Bans a budget may lift: the op is deterministic, and the traffic-optimal cut bans it
 # only because recomputing it costs time (a matmul) or saves no traffic.
@@ -58,8 +58,9 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
     asked: list[int] = []
 
     def cut(k: int) -> tuple[list[fx.Node], int] | None:
-        """The saved set with the first ``k`` items given up, and the bytes it hands over
-        (a lower bound of its plan's peak); None when that cut is infeasible."""
+        """The saved set with the first ``k`` items given up, and the bytes alive as its
+        backward begins (``Context.backward_start_bytes``, a lower bound of its plan's peak);
+        None when that cut is infeasible."""
         if k not in asked:
             asked.append(k)
         if k not in cuts:
@@ -74,7 +75,7 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
                 cuts[k] = None
                 return None
             saved = ctx.saved_nodes(solution.saved)
-            cuts[k] = saved, handed_over_bytes(saved, ctx.input_names)
+            cuts[k] = saved, ctx.backward_start_bytes(saved)
         return cuts[k]
 
     def make(k: int, light: bool) -> Candidate:
@@ -109,8 +110,8 @@ def search(ctx: Context, budget: int) -> tuple[Candidate | None, list[Candidate]
 
     def fits(k: int) -> bool:
         ctx.progress(f"knapsack: giving up the first {k} of {len(items)} values")
-        # Extracting and predicting a plan is the expensive part: skipped when the saved
-        # values alone are over the budget.
+        # Extracting and predicting a plan is the expensive part: skipped when what is alive
+        # as its backward begins is over the budget.
         if cut(k) is None or cut(k)[1] > budget:
             return False
         return build(k).peak <= budget

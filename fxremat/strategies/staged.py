@@ -16,7 +16,7 @@ from ..joint import differentiable_inputs
 from ..options import format_bytes
 from ..passes import rotor as rotor_dp
 from ..plans import BudgetError, below_minimum
-from ..sizes import handed_over_bytes, node_bytes, storage_bytes, storage_node, storage_of
+from ..sizes import node_bytes, storage_bytes, storage_node, storage_of
 from . import mincut as mincut_strategy
 
 LEAST_LADDER = 4  # model budgets probed above the least one when its plan does not fit
@@ -185,16 +185,17 @@ class StagedProblem:
 
     def make(self, schedule: Schedule | None, unless_above: int | None = None) -> Probe | None:
         """The probe of ``schedule`` (None for none); nearby model budgets share plans.
-        ``unless_above``: None instead when the bytes its forward hands the backward (a lower
-        bound of its peak, ``handed_over_bytes``) are over both that and the budget: a probe
-        that can neither fit nor predict less than ``unless_above`` (the least-memory ladder)."""
+        ``unless_above``: None instead when the bytes alive as its backward begins (a lower
+        bound of its peak, ``Context.backward_start_bytes``) are over both that and the budget:
+        a probe that can neither fit nor predict less than ``unless_above`` (the least-memory
+        ladder; 0 in the bisection: a probe that cannot fit)."""
         if schedule is None:
             return None
         key = rotor_dp.format_sequence(schedule.sequence)
         known = None  # what the schedule saves, when the bound below had to find it
         if key not in self.built and key not in self.scored and unless_above is not None:
             known = self._saved(schedule)
-            if handed_over_bytes(known[0], self.ctx.input_names) > max(unless_above, self.budget):
+            if self.ctx.backward_start_bytes(known[0]) > max(unless_above, self.budget):
                 return None
         if key not in self.built:
             self.ctx.progress(f"{self.solver.name}: scoring plan {len(self.built) + 1} ({len(self.lin.stages)} stages, "
@@ -323,8 +324,8 @@ def search_model_budget(problem: StagedProblem, solve_at: Callable[[float], Sche
         # its least plans, and at a fraction of 1.0 the budget is what keeping all needs.
         for k in range(1, LEAST_LADDER + 2):
             model_budget = least_model * (most_model / least_model) ** (k / (LEAST_LADDER + 1))
-            # A rung whose saved bytes alone are over the budget and the least peak so far
-            # can change neither outcome: not built (most rungs of the least-memory search).
+            # A rung whose bytes alive as its backward begins are over the budget and the least
+            # peak so far can change neither outcome: not built (most rungs of the least-memory search).
             found = make(solve_at(model_budget), unless_above=min(p.peak for p in probes))
             if found is not None:
                 probes.append(found)
@@ -387,8 +388,8 @@ def _bisect(problem: StagedProblem, solve_at: Callable[[float], Schedule | None]
             continue
         built += 1
         seen = len(problem.built)
-        # A schedule whose saved bytes alone are over the budget cannot fit: not built
-        # (the next guess is made from the last probe built).
+        # A schedule whose bytes alive as its backward begins are over the budget cannot
+        # fit: not built (the next guess is made from the last probe built).
         found = make(schedule, unless_above=0)
         if fits(found):
             lo = mid
