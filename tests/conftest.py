@@ -107,18 +107,17 @@ def bench_module(name: str):
     return importlib.import_module(name)
 
 
-def linearization_of(model, *batch, saved_set: str = "traffic", compiler: str = "eager"):
-    """The chain Rotor plans on for ``model`` (around its traffic-optimal saved set, or the
-    other saved sets Rotor plans around: ``staged.saved_sets``'s labels; stages merged by time
-    and memory, at most 64), planning for ``compiler``: planning stops there, at the first
-    graph, before any code is generated."""
+def planning_context(model, *batch, compiler: str = "eager", within=None):
+    """What the partitioner plans ``model``'s first graph from, planning for ``compiler``: its
+    context and min-cut plan, or what ``within(ctx, mincut_plan)`` makes of them while the
+    graph is being partitioned. Planning stops there, before any code is generated."""
     import warnings
 
     from torch._dynamo.backends.common import aot_autograd
 
     from fxremat import _compat, partition
     from fxremat.options import Options
-    from fxremat.strategies import mincut, staged
+    from fxremat.strategies import mincut
 
     found = {}
 
@@ -127,10 +126,8 @@ def linearization_of(model, *batch, saved_set: str = "traffic", compiler: str = 
 
     def grab(joint, joint_inputs, *, num_fwd_outputs, **_):
         ctx = partition.context(joint, num_fwd_outputs, Options.from_user({"compiler": compiler}))
-        traffic = staged.traffic(ctx, mincut.traffic_optimal(ctx))
-        chosen = traffic if saved_set == "traffic" else next(
-            s for s in staged.saved_sets(ctx, traffic) if s.label == saved_set)
-        found["lin"], _ = staged.linearize(chosen.ctx, chosen.backward, chosen.saved, 64, weigh_memory=True)
+        mincut_plan = mincut.traffic_optimal(ctx)
+        found["result"] = (ctx, mincut_plan) if within is None else within(ctx, mincut_plan)
         raise Done
 
     backend = aot_autograd(fw_compiler=lambda g, _: g, partition_fn=grab,
@@ -139,10 +136,26 @@ def linearization_of(model, *batch, saved_set: str = "traffic", compiler: str = 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            torch.compile(model, backend=backend)(*batch).backward()
+            torch.compile(model, backend=backend)(*batch).sum().backward()
         except Exception:  # noqa: BLE001 - Done, wrapped by Dynamo
             pass
-    return found["lin"]
+    return found["result"]
+
+
+def linearization_of(model, *batch, saved_set: str = "traffic", compiler: str = "eager"):
+    """The chain Rotor plans on for ``model`` (around its traffic-optimal saved set, or the
+    other saved sets Rotor plans around: ``staged.saved_sets``'s labels; stages merged by time
+    and memory, at most 64), planning for ``compiler``: planning stops there, at the first
+    graph, before any code is generated."""
+    from fxremat.strategies import staged
+
+    def linearize(ctx, mincut_plan):
+        traffic = staged.traffic(ctx, mincut_plan)
+        chosen = traffic if saved_set == "traffic" else next(
+            s for s in staged.saved_sets(ctx, traffic) if s.label == saved_set)
+        return staged.linearize(chosen.ctx, chosen.backward, chosen.saved, 64, weigh_memory=True)[0]
+
+    return planning_context(model, *batch, compiler=compiler, within=linearize)
 
 
 class SquaredPatchResidual(torch.nn.Module):

@@ -104,40 +104,17 @@ def test_the_bisection_builds_no_schedule_whose_saved_bytes_are_over_the_budget(
 
 
 def _traffic_saved_set(compiler: str = "inductor"):
-    """The context and traffic-optimal saved set of the zoo's transformer (3 layers), for
-    the staged searches: planning stops there."""
-    import warnings
-
+    """The traffic-optimal saved set of the zoo's transformer (3 layers) and its min-cut plan's
+    peak, for the staged searches."""
     import torch
-    from torch._dynamo.backends.common import aot_autograd
 
-    from fxremat import _compat, models, partition
-    from fxremat.options import Options
-    from fxremat.strategies import mincut
-
-    found = {}
-
-    class Done(Exception):
-        pass
-
-    def grab(joint, joint_inputs, *, num_fwd_outputs, **_):
-        ctx = partition.context(joint, num_fwd_outputs, Options.from_user({"compiler": compiler}))
-        mincut_plan = mincut.traffic_optimal(ctx)
-        found["set"], found["peak"] = staged.traffic(ctx, mincut_plan), mincut_plan.peak
-        raise Done
+    from conftest import planning_context
+    from fxremat import models
 
     torch.manual_seed(0)
     model, batch = models.make_transformer(batch=2, seq=32, dim=32, layers=3)
-    backend = aot_autograd(fw_compiler=lambda g, _: g, partition_fn=grab,
-                           decompositions=_compat.inductor_decompositions())
-    torch._dynamo.reset()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            torch.compile(model, backend=backend)(*batch).sum().backward()
-        except Exception:  # noqa: BLE001 - Done, wrapped by Dynamo
-            pass
-    return found["set"], found["peak"]
+    ctx, mincut_plan = planning_context(model, *batch, compiler=compiler)
+    return staged.traffic(ctx, mincut_plan), mincut_plan.peak
 
 
 def test_a_saved_set_whose_fastest_schedule_cannot_beat_an_earlier_plan_builds_nothing(monkeypatch):
