@@ -66,10 +66,10 @@ def fastest(sets: list[SavedSet], plan_one: Callable[[SavedSet, float | None], C
     (the first on ties), and what each set gave, for the plan's ``why`` ("" for one set).
     Raises the BudgetError naming the least minimum when no set has a plan within the budget.
 
-    ``plan_one(saved_set, beat)``: the set's plan, or, with ``beat`` (the least makespan of
-    the sets before, model seconds), only a plan faster than that, or None: a later set's plan
-    as slow loses the tie to the earlier one, so its search need not build it
-    (``search_faster_than``)."""
+    ``plan_one(saved_set, beat)``: the set's plan, or None where, given ``beat`` (the least
+    makespan of the sets before, model seconds), it can tell unsearched that no plan of the
+    set is faster (Rotor: no keep-all schedule is, ``rotor.search``): a later set's plan as
+    slow loses the tie to the earlier one."""
     found, errors, slower = [], [], []
     for i, saved_set in enumerate(sets, 1):
         saved_set.ctx.progress(f"planning around {_SAVED_SET_NAMES.get(saved_set.label, saved_set.label)} "
@@ -179,8 +179,8 @@ class StagedProblem:
     kept: Probe | None = None  # the fastest fitting probe: the only one whose graphs are kept
     # sequence -> candidate, shared with this saved set's other searches (``Context.memo``)
     scored: dict[str, Candidate] = dataclasses.field(default_factory=dict)
-    # Model seconds a plan must beat to matter (an earlier saved set's plan), or None: the
-    # solvers that tell build only faster schedules and may find none (``fastest``).
+    # Model seconds a plan must beat to matter (an earlier saved set's plan), or None: a
+    # solver that can tell no schedule is faster returns None unsearched (``fastest``).
     beat: float | None = None
 
     def make(self, schedule: Schedule | None, unless_above: int | None = None) -> Probe | None:
@@ -265,8 +265,9 @@ class StagedProblem:
 def plan_around(saved_set: SavedSet, budget: int, solver, max_stages: int | None = None,
                 beat: float | None = None) -> Candidate | None:
     """The fastest plan of a staged ``solver`` over the linearization around ``saved_set``
-    whose predicted peak fits ``budget``. Raises BudgetError. ``beat`` (model seconds): only
-    a plan faster than that, or None (a solver that cannot tell returns its plan)."""
+    whose predicted peak fits ``budget``. Raises BudgetError. ``beat`` (model seconds): None
+    where the solver can tell unsearched that no plan is faster than that (Rotor); a solver
+    that cannot tell returns its plan."""
     ctx = saved_set.ctx
     classes = ctx.classes
     lin, cost = linearize(ctx, saved_set.backward, saved_set.saved, max_stages or solver.max_stages,
