@@ -1442,6 +1442,69 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
     return simulate(fwd_steps + bwd_steps, keep=keep)
 
 
+def backward_opening(timeline: Timeline, backward_nodes: set[str], forward_nodes: set[str]
+                     ) -> tuple[int, list[Step]]:
+    """The least that a plan's first backward steps add to the bytes alive as its backward
+    begins (once the incoming gradients have arrived), and those steps: the steps of the
+    nodes in ``backward_nodes`` that open the backward, up to the first that reads a storage
+    neither alive then nor made by the steps before it. ``forward_nodes``: the forward values
+    (by node name) that only these nodes and the forward read.
+
+    What it is for (``StagedProblem.lower_bound``): another plan whose backward opens with the
+    same steps reaches at least the bytes alive as its backward begins plus these. The steps
+    allocate the same storages in both plans, and free the same of what they make and of the
+    incoming gradients and ``forward_nodes``' values (their readers are the same nodes in
+    both). Any other storage they read may live on in one plan and not in the other (read
+    again by a recomputation), so it is taken as freed after its last read among these steps:
+    what they add then is the least that any plan opening with them adds."""
+    steps = timeline.steps
+    first = _backward_begins(steps)
+    alive: dict[str, int] = {}
+
+    def observe(index: int, storage: str, nbytes: int) -> None:
+        if index < first:
+            if nbytes > 0:
+                alive[storage] = nbytes
+            else:
+                alive.pop(storage, None)
+
+    simulate(steps, keep=timeline.kept, observe=observe)
+    made: set[str] = set()
+    opening: list[Step] = []
+    for step in steps[first:]:
+        if step.name not in backward_nodes or any(s not in alive and s not in made for s in step.reads):
+            break
+        opening.append(step)
+        made.update(step.allocates)
+    if not opening:
+        return 0, []
+
+    def foreign(storage: str) -> bool:
+        phase, _, rest = storage.partition(":")
+        return storage in alive and not (phase == "backward" and rest.startswith("tangents")
+                                         or phase == "forward" and rest.split(":")[0] in forward_nodes)
+
+    read_later = {s for step in steps[first + len(opening):] for s in step.reads}
+    least = simulate(opening, live_at_start=alive,
+                     keep=set(timeline.kept) | {s for s in read_later if not foreign(s)})
+    return max(least.live_bytes) - sum(alive.values()), opening
+
+
+def opens_with(timeline: Timeline, opening: list[Step]) -> bool:
+    """Does the backward of ``timeline`` open with ``opening`` (``backward_opening``'s steps)?"""
+    first = _backward_begins(timeline.steps)
+    return timeline.steps[first:first + len(opening)] == opening
+
+
+def _backward_begins(steps: list[Step]) -> int:
+    """The index of the first backward step after the incoming gradients arrive."""
+    first = next((i for i, s in enumerate(steps) if s.phase == "backward"), len(steps))
+    while first < len(steps) and not steps[first].reads and steps[first].allocates and all(
+            s.startswith("backward:tangents") for s in steps[first].allocates):
+        first += 1
+    return first
+
+
 # The step between a graph's forward and its backward where the step's later graphs run
 # (``predict``'s ``later_graphs``), and the storages that stand for what they need: for a
 # moment, and to the step's end.

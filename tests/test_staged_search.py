@@ -154,3 +154,76 @@ def test_fastest_says_which_sets_had_no_faster_plan():
     assert best.plan.cut_cost == 1.0 and best.plan.notes["saved_set"] == "lean"
     assert beats == [None, 2.0, 1.0]  # each set is handed the best makespan before it
     assert "knapsack: no plan faster within the budget: lean" in why
+
+
+def _opening_timeline(recomputation_reads_x: bool):
+    """A made-up step: the forward makes ``a`` (a value of the stages whose backward opens
+    the backward) and ``x`` (another stage's); the backward opens with ``g1`` and ``g2``
+    (``a``'s stages' backward ops), then a recomputation ``r`` that reads ``x`` again, or not."""
+    from fxremat.passes.memory import Step, simulate
+
+    bwd = dict(phase="backward")
+    steps = [Step("a", allocates={"forward:a": 100}, phase="forward"),
+             Step("x", allocates={"forward:x": 50}, phase="forward"),
+             Step("tangents_1", allocates={"backward:tangents_1": 10}, **bwd),
+             Step("g1", allocates={"backward:g1": 40}, reads=["backward:tangents_1", "forward:a", "forward:x"], **bwd),
+             Step("g2", allocates={"backward:g2": 30}, reads=["backward:g1"], **bwd),
+             Step("r", allocates={"backward:r": 5}, reads=["forward:x"] if recomputation_reads_x else [], **bwd),
+             Step("g3", allocates={"backward:g3": 1}, reads=["backward:g2", "backward:r", "forward:a"], **bwd)]
+    return simulate(steps)
+
+
+def test_a_backward_opening_counts_what_any_plan_opening_so_adds():
+    """``timeline.backward_opening``: the opening steps are ``g1`` and ``g2`` (``r`` is not a
+    backward op of the opening stages). Where ``r`` reads ``x`` again, ``x`` stays alive
+    through ``g2`` (the plan adds 60 bytes over the 160 alive as its backward begins); where
+    it does not, ``x`` is freed after ``g1`` (40 bytes). Both openings say 40: the least of
+    the two, a lower bound of the peak of either plan."""
+    from fxremat.timeline import backward_opening, opens_with
+
+    kept, freed = _opening_timeline(True), _opening_timeline(False)
+    at_start = 160
+    assert max(kept.live_bytes[3:]) - at_start == 60 and max(freed.live_bytes[3:]) - at_start == 40
+    for timeline in (kept, freed):
+        added, opening = backward_opening(timeline, {"g1", "g2", "g3"}, {"a"})
+        assert added == 40 and [s.name for s in opening] == ["g1", "g2"]
+        assert opens_with(kept, opening) and opens_with(freed, opening)
+    # Taken as another stage's value, ``a`` is freed after ``g1`` too: 40 - 0 (g1) and 30 (g2 - a).
+    added, _ = backward_opening(kept, {"g1", "g2", "g3"}, set())
+    assert added == 40
+    # An opening is the opening stages' backward ops only.
+    added, opening = backward_opening(kept, {"g2", "g3"}, {"a"})
+    assert (added, opening) == (0, [])
+
+
+def test_every_probe_predicts_at_least_its_lower_bound_before_it_is_built(monkeypatch):
+    """On the zoo's transformer, Inductor's timeline: every probe the Rotor searches build (the
+    least-memory search's and a budget's) predicts at least ``lower_bound`` as known before
+    it was built, no two probes opening with the same stages open differently, and the
+    bound is more than the bytes alive as the backward begins once an opening is known."""
+    from fxremat.plans import BudgetError
+    from fxremat.strategies import SOLVERS
+
+    saved_set, mincut_peak = _traffic_saved_set()
+    checked, tighter = [], []
+    real_build = staged.StagedProblem._build
+
+    def build(self, schedule, light=False, known=None):
+        saved = (known or self._saved(schedule))[0]
+        bound = self.lower_bound(schedule, saved)
+        found = real_build(self, schedule, light, known)
+        checked.append(found.peak >= bound)
+        tighter.append(bound > self.ctx.backward_start_bytes(saved))
+        return found
+
+    monkeypatch.setattr(staged.StagedProblem, "_build", build)
+    rotor = SOLVERS["rotor"]
+    try:
+        staged.plan_around(saved_set, 0, rotor)
+    except BudgetError:
+        pass
+    plan = staged.plan_around(saved_set, int(0.6 * mincut_peak), rotor)
+    assert plan.peak <= int(0.6 * mincut_peak)
+    openings = saved_set.ctx.memo[next(k for k in saved_set.ctx.memo if k[0] == "staged openings")]
+    assert len(checked) > 4 and all(checked) and any(tighter)
+    assert openings and all(found is not None for found in openings.values())

@@ -17,6 +17,7 @@ from ..options import format_bytes
 from ..passes import rotor as rotor_dp
 from ..plans import BudgetError, below_minimum
 from ..sizes import node_bytes, storage_bytes, storage_node, storage_of
+from ..timeline import backward_opening, opens_with
 from . import mincut as mincut_strategy
 
 LEAST_LADDER = 4  # model budgets probed above the least one when its plan does not fit
@@ -182,20 +183,29 @@ class StagedProblem:
     # Model seconds a plan must beat to matter (an earlier saved set's plan), or None: a
     # solver that can tell no schedule is faster returns None unsearched (``fastest``).
     beat: float | None = None
+    # The stages whose B operations open a backward (B^L, B^{L-1}, ...) -> the most its opening
+    # steps add to the bytes alive as it begins, and those steps (``timeline.backward_opening``),
+    # or None where two probes opened differently; shared like ``scored``.
+    openings: dict[tuple[int, ...], tuple[int, list] | None] = dataclasses.field(default_factory=dict)
+    passed_over_by_opening: bool = False  # (``make``)
 
     def make(self, schedule: Schedule | None, unless_above: int | None = None) -> Probe | None:
         """The probe of ``schedule`` (None for none); nearby model budgets share plans.
-        ``unless_above``: None instead when the bytes alive as its backward begins (a lower
-        bound of its peak, ``Context.backward_start_bytes``) are over both that and the budget:
-        a probe that can neither fit nor predict less than ``unless_above`` (the least-memory
-        ladder; 0 in the bisection: a probe that cannot fit)."""
+        ``unless_above``: None instead when a lower bound of its peak (``lower_bound``) is over
+        both that and the budget: a probe that can neither fit nor predict less than
+        ``unless_above`` (the least-memory ladder; 0 in the bisection: a probe that cannot fit);
+        ``passed_over_by_opening`` then says whether only the bound's count of the backward's
+        opening passed it over."""
         if schedule is None:
             return None
         key = rotor_dp.format_sequence(schedule.sequence)
         known = None  # what the schedule saves, when the bound below had to find it
+        self.passed_over_by_opening = False
         if key not in self.built and key not in self.scored and unless_above is not None:
             known = self._saved(schedule)
-            if self.ctx.backward_start_bytes(known[0]) > max(unless_above, self.budget):
+            above = max(unless_above, self.budget)
+            if self.lower_bound(schedule, known[0]) > above:
+                self.passed_over_by_opening = self.lower_bound(schedule, known[0], count_opening=False) <= above
                 return None
         if key not in self.built:
             self.ctx.progress(f"{self.solver.name}: scoring plan {len(self.built) + 1} ({len(self.lin.stages)} stages, "
@@ -204,6 +214,7 @@ class StagedProblem:
             if scored is None:  # not scored by an earlier search (released ones are rebuilt if chosen)
                 scored = self.scored[key] = self._build(schedule, light=True, known=known)
                 scored.rebuild = lambda: self._build(schedule)
+                self._learn_opening(schedule, scored)
             scored.plan.budget_bytes = self.budget
             probe = self.built[key] = Probe(schedule, scored)
             # Only a fitting probe can be the plan, and the search keeps the fastest (the
@@ -220,6 +231,31 @@ class StagedProblem:
 
     def fits(self, probe: Probe | None) -> bool:
         return probe is not None and probe.peak <= self.budget
+
+    def lower_bound(self, schedule: Schedule, saved: list[fx.Node], count_opening: bool = True) -> int:
+        """A lower bound of the predicted peak of ``schedule``, which saves ``saved``, before it
+        is built: the bytes alive as its backward begins (``Context.backward_start_bytes``),
+        plus, with ``count_opening``, what the steps opening its backward add to them, where a
+        probe built before opened its backward with the same stages' B operations
+        (``timeline.backward_opening``: those steps are then the same, whatever else the plans
+        keep)."""
+        opening = self.openings.get(_opening_stages(schedule.sequence)) if count_opening else None
+        return self.ctx.backward_start_bytes(saved) + (opening[0] if opening else 0)
+
+    def _learn_opening(self, schedule: Schedule, candidate: Candidate) -> None:
+        """Record what the backward of a probe just built opens with, or check it: a probe
+        opening with the same stages' B operations must open with the same steps (else no
+        bound is taken from them: ``lower_bound``)."""
+        stages = _opening_stages(schedule.sequence)
+        timeline = candidate.plan.timeline
+        if stages not in self.openings:
+            # (and the ops computable from the inputs alone, which the emitter writes where read)
+            ran = [self.lin.stages[i - 1] for i in stages if i <= len(self.lin.stages)]
+            self.openings[stages] = backward_opening(
+                timeline, {n.name for st in ran for n in st.backward} | {n.name for n in self.lin.free},
+                {n.name for st in ran for n in st.forward})
+        elif self.openings[stages] is not None and not opens_with(timeline, self.openings[stages][1]):
+            self.openings[stages] = None
 
     def too_small(self, least: Probe) -> BudgetError:
         return below_minimum(self.ctx.options, self.ctx.graph_id, self.budget, least.peak,
@@ -262,6 +298,19 @@ class StagedProblem:
         return found
 
 
+def _opening_stages(sequence: list[rotor_dp.Op]) -> tuple[int, ...]:
+    """The stages of the B operations that open the backward phase of ``sequence``, in order:
+    each ran its F_all last in the forward phase, so the values they read are the same in
+    every sequence that opens so (the loss stage, after the last, has no ops)."""
+    first = next((i for i, op in enumerate(sequence) if op.kind == rotor_dp.B), len(sequence))
+    stages = []
+    for op in sequence[first:]:
+        if op.kind != rotor_dp.B:
+            break
+        stages.append(op.stage)
+    return tuple(stages)
+
+
 def plan_around(saved_set: SavedSet, budget: int, solver, max_stages: int | None = None,
                 beat: float | None = None) -> Candidate | None:
     """The fastest plan of a staged ``solver`` over the linearization around ``saved_set``
@@ -285,8 +334,10 @@ def plan_around(saved_set: SavedSet, budget: int, solver, max_stages: int | None
                              "cost_model": ctx.options.cost_model}
     shared = ctx.memo.setdefault(("staged probes", solver.name, max_stages or solver.max_stages,
                                   tuple(n.name for n in saved_set.saved), len(lin.stages)), {})
+    openings = ctx.memo.setdefault(("staged openings", solver.name, max_stages or solver.max_stages,
+                                    tuple(n.name for n in saved_set.saved), len(lin.stages)), {})
     problem = StagedProblem(ctx, lin, cost, gradients, outside, syms, notes, budget, solver, scored=shared,
-                            beat=beat)
+                            beat=beat, openings=openings)
     return solver.strategy().search(problem)
 
 
@@ -375,11 +426,20 @@ def _bisect(problem: StagedProblem, solve_at: Callable[[float], Schedule | None]
     # the same plan lands a hair lower each time and never gets away from it (the
     # 12-layer transformer at 0.25 spent every step that way and kept a 2.4x slower plan).
     last_probe, last_model = last if last is not None else (best, lo)
+    last_peak = last_probe.peak
+    # A schedule passed over only because the bound counts its backward's opening (``make``):
+    # built after all if the next guess is made from it (most are not: after a guess that
+    # does not fit comes a bisection step), so that the search takes the path it took when
+    # such schedules were built, and the plans it finds are the same.
+    pending: tuple[Schedule, float] | None = None
     guessing, built, passed = True, 0, 0
     while built < 8 and passed < 16:
         if hi <= lo * 1.02:
             break
-        overstatement = last_probe.peak / max(last_model + outside, 1.0)
+        if guessing and pending is not None:
+            last_peak, last_model = make(pending[0]).peak, pending[1]
+            pending = None
+        overstatement = last_peak / max(last_model + outside, 1.0)
         guess = budget / overstatement - outside
         guessed = guessing and lo < guess < hi
         mid = guess if guessed else ((lo + hi) / 2 if hi < 4 * lo else (lo * hi) ** 0.5)
@@ -389,8 +449,9 @@ def _bisect(problem: StagedProblem, solve_at: Callable[[float], Schedule | None]
             continue
         built += 1
         seen = len(problem.built)
-        # A schedule whose bytes alive as its backward begins are over the budget cannot
-        # fit: not built (the next guess is made from the last probe built).
+        # A schedule whose peak's lower bound is over the budget cannot fit: not built (where
+        # only the bytes alive as its backward begins are, the next guess is made from the
+        # last probe built, as before the opening was counted).
         found = make(schedule, unless_above=0)
         if fits(found):
             lo = mid
@@ -403,5 +464,7 @@ def _bisect(problem: StagedProblem, solve_at: Callable[[float], Schedule | None]
         # After a bisection, guess again; after a guess, only if it fitted with a new plan.
         guessing = not guessed or (fits(found) and len(problem.built) > seen)
         if found is not None:
-            last_probe, last_model = found, mid
+            last_peak, last_model, pending = found.peak, mid, None
+        elif getattr(problem, "passed_over_by_opening", False):
+            pending = (schedule, mid)
     return best
