@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
              "Inductor's timeline.", "",
              "| model | probes built | bound counted an opening | bound over the peak | runs opening differently |",
              "|---|---:|---:|---:|---:|"]
-    lines += [f"| {r['model']} | {r['probes']} | {r['opening_counted']} | {r['over_peak']} | {r['openings_differing']} |"
-              for r in rows]
+    keys = ("model", "probes", "opening_counted", "over_peak", "openings_differing")
+    lines += ["| " + " | ".join(str(r[k]) for k in keys) + " |" for r in rows]
     results_io.write_text(os.path.join(args.out, f"{args.name}.md"), "\n".join(lines) + "\n")
     return 0 if all(r["over_peak"] == 0 and r["openings_differing"] == 0 for r in rows) else 1
 

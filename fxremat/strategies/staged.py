@@ -183,8 +183,8 @@ class StagedProblem:
     # Model seconds a plan must beat to matter (an earlier saved set's plan), or None: a
     # solver that can tell no schedule is faster returns None unsearched (``fastest``).
     beat: float | None = None
-    # The stages whose B operations open a backward (B^L, B^{L-1}, ...) -> the most its opening
-    # steps add to the bytes alive as it begins, and those steps (``timeline.backward_opening``),
+    # The stages whose B operations open a backward (B^L, B^{L-1}, ...) -> what its opening steps
+    # add at least to the bytes alive as it begins, and those steps (``timeline.backward_opening``),
     # or None where two probes opened differently; shared like ``scored``.
     openings: dict[tuple[int, ...], tuple[int, list] | None] = dataclasses.field(default_factory=dict)
     passed_over_by_opening: bool = False  # (``make``)
@@ -249,11 +249,11 @@ class StagedProblem:
         stages = _opening_stages(schedule.sequence)
         timeline = candidate.plan.timeline
         if stages not in self.openings:
-            # (and the ops computable from the inputs alone, which the emitter writes where read)
             ran = [self.lin.stages[i - 1] for i in stages if i <= len(self.lin.stages)]
-            self.openings[stages] = backward_opening(
-                timeline, {n.name for st in ran for n in st.backward} | {n.name for n in self.lin.free},
-                {n.name for st in ran for n in st.forward})
+            # Their backward ops, and the ops computable from the inputs alone (which the
+            # emitter writes where they are read); their forward values.
+            opening_ops = {n.name for st in ran for n in st.backward} | {n.name for n in self.lin.free}
+            self.openings[stages] = backward_opening(timeline, opening_ops, {n.name for st in ran for n in st.forward})
         elif self.openings[stages] is not None and not opens_with(timeline, self.openings[stages][1]):
             self.openings[stages] = None
 
