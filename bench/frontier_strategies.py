@@ -226,6 +226,22 @@ def sync(device):
         torch.cuda.synchronize()
 
 
+def fxremat_options(spec: dict, strategy: dict, budget) -> dict:
+    """The options an fxremat strategy compiles with: the spec's ``fx_options``, its budget, and
+    its solver: the strategy's where it names one, else the options' (``bench/ab.py
+    --variant-options '{"solver": "rotor"}'`` names none), else "auto".
+
+    >>> fxremat_options({"fx_options": {"solver": "rotor"}}, {"kind": "fxremat"}, 0.5)["solver"]
+    'rotor'
+    >>> fxremat_options({}, {"kind": "fxremat", "solver": "knapsack"}, 0.5)["solver"]
+    'knapsack'
+    """
+    options = {"solver": "auto", **spec.get("fx_options", {}), "memory_budget": budget}
+    if strategy.get("solver") is not None:
+        options["solver"] = strategy["solver"]
+    return options
+
+
 def build_strategy(spec: dict, strategy: dict):
     """(model, compiled callable, batch, compile context, device) for one strategy."""
     import torch
@@ -246,8 +262,7 @@ def build_strategy(spec: dict, strategy: dict):
         # bytes (a peer's measured peak, or the least feasible budget) or a fraction
         budget = (int(strategy["budget_bytes"]) if strategy.get("budget_bytes") is not None
                   else float(strategy["budget"]))
-        options = {**spec.get("fx_options", {}), "memory_budget": budget, "solver": strategy.get("solver", "auto")}
-        fn = torch.compile(model, backend="fxremat", options=options)
+        fn = torch.compile(model, backend="fxremat", options=fxremat_options(spec, strategy, budget))
     elif kind == "rockmate":
         raise RuntimeError(rockmate_error(spec["device"]))
     else:

@@ -241,3 +241,14 @@ def test_plan_as_cuda_plans_the_cuda_graph_on_the_cpu(tmp_path):
     assert result["joint_nodes"] > 0 and result["solver_used"] == "rotor"
     assert min(result["stages"].values()) == max(result["stages"].values()) > 12, result["stages"]
     assert result["plan_stages"] == result["stages"]["traffic"]
+
+
+def test_a_strategys_solver_comes_from_its_options_unless_it_names_one():
+    """``bench/ab.py --variant-options '{"solver": "rotor"}'`` compiled the variant with "auto":
+    the strategy's default solver overrode the options' (2026-11-30)."""
+    strategies = _bench("frontier_strategies")
+    fxremat = {"kind": "fxremat"}
+    assert strategies.fxremat_options({"fx_options": {"solver": "rotor"}}, fxremat, 100)["solver"] == "rotor"
+    assert strategies.fxremat_options({}, fxremat, 100) == {"solver": "auto", "memory_budget": 100}
+    named = {"kind": "fxremat", "solver": "knapsack"}
+    assert strategies.fxremat_options({"fx_options": {"solver": "rotor"}}, named, 0.5)["solver"] == "knapsack"
