@@ -204,8 +204,9 @@ class StagedProblem:
         if key not in self.built and key not in self.scored and unless_above is not None:
             known = self._saved(schedule)
             above = max(unless_above, self.budget)
-            if self.lower_bound(schedule, known[0]) > above:
-                self.passed_over_by_opening = self.lower_bound(schedule, known[0], count_opening=False) <= above
+            at_start = self.ctx.backward_start_bytes(known[0])
+            if at_start + self._opening_bytes(schedule) > above:
+                self.passed_over_by_opening = at_start <= above
                 return None
         if key not in self.built:
             self.ctx.progress(f"{self.solver.name}: scoring plan {len(self.built) + 1} ({len(self.lin.stages)} stages, "
@@ -232,15 +233,19 @@ class StagedProblem:
     def fits(self, probe: Probe | None) -> bool:
         return probe is not None and probe.peak <= self.budget
 
-    def lower_bound(self, schedule: Schedule, saved: list[fx.Node], count_opening: bool = True) -> int:
+    def lower_bound(self, schedule: Schedule, saved: list[fx.Node]) -> int:
         """A lower bound of the predicted peak of ``schedule``, which saves ``saved``, before it
         is built: the bytes alive as its backward begins (``Context.backward_start_bytes``),
-        plus, with ``count_opening``, what the steps opening its backward add to them, where a
-        probe built before opened its backward with the same stages' B operations
-        (``timeline.backward_opening``: those steps are then the same, whatever else the plans
-        keep)."""
-        opening = self.openings.get(_opening_stages(schedule.sequence)) if count_opening else None
-        return self.ctx.backward_start_bytes(saved) + (opening[0] if opening else 0)
+        plus what the steps opening its backward add to them (``_opening_bytes``)."""
+        return self.ctx.backward_start_bytes(saved) + self._opening_bytes(schedule)
+
+    def _opening_bytes(self, schedule: Schedule) -> int:
+        """What the steps opening the backward of ``schedule`` add at least to the bytes alive
+        as it begins, where a probe built before opened its backward with the same stages' B
+        operations (``timeline.backward_opening``: those steps are then the same, whatever else
+        the plans keep); else 0."""
+        opening = self.openings.get(_opening_stages(schedule.sequence))
+        return opening[0] if opening else 0
 
     def _learn_opening(self, schedule: Schedule, candidate: Candidate) -> None:
         """Record what the backward of a probe just built opens with, or check it: a probe
