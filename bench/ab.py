@@ -4,6 +4,7 @@
     python bench/ab.py --model gpt2 --peer pt_budget_0.5 --rounds 12 --out bench/results/cpu/ab_gpt2.json
     python bench/ab.py --device cuda --scale gpu --model transformer
     python bench/ab.py --model resnet50 --rounds 150 --variant-options '{"cost_model": "measured"}'
+    python bench/ab.py --model gpt2 --peer inductor --budget-fraction 0.5 --variant-options '{"solver": "knapsack"}'
 
 Why a second benchmark beside ``frontier.py``: there, every strategy has a process of its own,
 and on a shared 2-core CPU two processes' rounds of one strategy differ by up to 18%, more than
@@ -159,6 +160,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--peer", default="ckpt_blocks")
     parser.add_argument("--budget-bytes", type=int, default=None,
                         help="fxremat's budget (default: the peer's measured peak)")
+    parser.add_argument("--budget-fraction", type=float, default=None,
+                        help="fxremat's budget as a fraction (the option memory_budget=F) instead of bytes")
     parser.add_argument("--fx-options", default="{}", type=json.loads, metavar="JSON",
                         help="fxremat options over frontier.py's default hold_outputs false (a step drops its loss)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
@@ -174,6 +177,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="a second fxremat contender planned with these fxremat.costmodel constants")
     parser.add_argument("--out", default=None, help="JSON file for the result")
     args = parser.parse_args(argv)
+    if args.budget_bytes is not None and args.budget_fraction is not None:
+        parser.error("--budget-bytes and --budget-fraction: give one")
     variant = any(v is not None for v in (args.variant_options, args.variant_inductor_config,
                                           args.variant_costmodel))
     if args.variant_costmodel:
@@ -202,15 +207,15 @@ def main(argv: list[str] | None = None) -> dict:
     peer = Contender(spec, peer_strategy(args.peer), args.warmup)
     peer_peak = peer.measure()
     budget = args.budget_bytes or peer_peak
-    fx = Contender(spec, {"name": f"fxremat_at_{args.peer}", "kind": "fxremat", "budget_bytes": budget},
-                   args.warmup)
+    at = {"budget_bytes": budget} if args.budget_fraction is None else {"budget": args.budget_fraction}
+    fx = Contender(spec, {"name": f"fxremat_at_{args.peer}", "kind": "fxremat", **at}, args.warmup)
     fx_peak = fx.measure()
     plans = fx_inspect.plans()
     contenders = [peer, fx]
     if variant:
         planned = len(fx_inspect.plans())
         variant_spec = {**spec, "fx_options": {**args.fx_options, **(args.variant_options or {})}}
-        other = Contender(variant_spec, {"name": "fxremat_variant", "kind": "fxremat", "budget_bytes": budget},
+        other = Contender(variant_spec, {"name": "fxremat_variant", "kind": "fxremat", **at},
                           args.warmup, _variant_context(args.variant_inductor_config or {},
                                                         args.variant_costmodel or {}))
         other_peak = other.measure()
@@ -245,6 +250,7 @@ def main(argv: list[str] | None = None) -> dict:
         "threads": args.threads, "load_avg": os.getloadavg(), "fx_options": args.fx_options, "model": args.model,
         "scale": scale, "sizes": args.sizes, "rounds": args.rounds,
         "peer": summary(peer, peer_peak), "fxremat": summary(fx, fx_peak), "budget_bytes": budget,
+        "budget_fraction": args.budget_fraction,
         "fx_plans": [plan_record(p) for p in plans],
         "paired_ratio_median": paired["median"], "paired_ratio_min": paired["min"],
         "paired_ratio_max": paired["max"], "rounds_fxremat_faster": paired["faster_rounds"],

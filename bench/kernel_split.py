@@ -1,6 +1,8 @@
 """Where a step's time goes, fxremat against a peer at the same memory: measured and estimated.
 
     python bench/kernel_split.py --model resnet50 --peer ckpt_blocks [--steps 20] [--out FILE]
+    python bench/kernel_split.py --model transformer --sizes '{"layers": 4, "dim": 64, "heads": 4, "seq": 64, "batch": 2}' \
+        --budget-bytes 2034056 --peer-options '{"solver": "rotor"}'
 
 One process builds the peer and fxremat at the peer's measured peak as ``bench/ab.py`` does
 (one thread, Inductor's FX-graph and autograd caches off, so both are lowered here), with
@@ -12,7 +14,9 @@ found under ``CompiledFunction`` and ``CompiledFunctionBackward``; reported as m
 them, ``fxremat.costmodel.estimate_graph`` of each graph as Inductor received it, split into
 library calls ("compute") and fused kernels ("fused", "other"): the roofline estimate the
 planner's stage costs are made of. What a plan misprices shows as a part whose measured
-difference between the two strategies is far from the estimated one (issue #26). CPU only.
+difference between the two strategies is far from the estimated one (issue #26). With
+``--peer-options`` the peer is fxremat itself at the same budget with those options (two of
+fxremat's plans side by side: ``{"solver": "rotor"}`` against ``auto``'s, issue #21). CPU only.
 Not a test.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import collections
 import copy
+import json
 import os
 import statistics
 import sys
@@ -58,11 +63,23 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="resnet50")
     parser.add_argument("--scale", default="small", choices=["tiny", "small"])
+    parser.add_argument("--sizes", default="{}", type=json.loads, metavar="JSON", help="the model's size overrides")
     parser.add_argument("--peer", default="ckpt_blocks")
+    parser.add_argument("--peer-options", default=None, type=json.loads, metavar="JSON",
+                        help="the peer is fxremat at the same budget with these options (over the default ones)")
     parser.add_argument("--budget-bytes", type=int, default=None, help="fxremat's budget (default: the peer's peak)")
+    parser.add_argument("--budget-fraction", type=float, default=None,
+                        help="fxremat's budget as a fraction (memory_budget=F) instead of bytes")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    if args.peer_options is not None and args.budget_bytes is None and args.budget_fraction is None:
+        parser.error("--peer-options needs --budget-bytes or --budget-fraction (the budget both of fxremat's "
+                     "plans are made for)")
+    if args.budget_bytes is not None and args.budget_fraction is not None:
+        parser.error("--budget-bytes and --budget-fraction: give one")
+    at = ({"budget": args.budget_fraction} if args.budget_fraction is not None else
+          {"budget_bytes": args.budget_bytes} if args.budget_bytes is not None else None)
 
     import torch
     import torch._inductor.compile_fx as compile_fx
@@ -80,16 +97,21 @@ def main(argv: list[str] | None = None) -> dict:
         graphs.append(copy.deepcopy(gm))  # as Inductor receives it
         return post_grad(gm, *a, **k)
 
-    spec = {"model": args.model, "scale": args.scale, "overrides": {}, "device": "cpu", "dtype": "float32",
+    spec = {"model": args.model, "scale": args.scale, "overrides": args.sizes, "device": "cpu", "dtype": "float32",
             "fx_options": dict(FX_OPTIONS_DEFAULT)}
     compile_fx._recursive_post_grad_passes = captured
     try:
         with torch._functorch.config.patch(enable_autograd_cache=False), \
                 torch._inductor.config.patch({"fx_graph_cache": False, "cpp.enable_kernel_profile": True}):
-            peer = Contender(spec, peer_strategy(args.peer), 2)
-            budget = args.budget_bytes or peer.measure()
+            if args.peer_options is None:
+                peer = Contender(spec, peer_strategy(args.peer), 2)
+            else:
+                peer = Contender({**spec, "fx_options": {**spec["fx_options"], **args.peer_options}},
+                                 {"name": "fxremat_peer", "kind": "fxremat", **at}, 2)
+            if at is None:
+                at = {"budget_bytes": peer.measure()}
             peer_graphs = len(graphs)
-            fx = Contender(spec, {"name": "fxremat", "kind": "fxremat", "budget_bytes": budget}, 2)
+            fx = Contender(spec, {"name": "fxremat", "kind": "fxremat", **at}, 2)
     finally:
         compile_fx._recursive_post_grad_passes = post_grad
     sides = {"peer": (peer, graphs[:peer_graphs]), "fxremat": (fx, graphs[peer_graphs:])}
@@ -106,8 +128,9 @@ def main(argv: list[str] | None = None) -> dict:
             for part, seconds in totals.items():
                 measured[name][part].append(seconds)
     profile_cpu = costmodel.profile_for("cpu")
-    result = {**results_io.metadata(argv), "model": args.model, "scale": args.scale, "peer": args.peer,
-              "budget_bytes": budget, "steps": args.steps, "threads": 1, "load_avg": os.getloadavg(), "sides": {}}
+    peer_name = args.peer if args.peer_options is None else f"fxremat {json.dumps(args.peer_options)}"
+    result = {**results_io.metadata(argv), "model": args.model, "scale": args.scale, "peer": peer_name,
+              "budget": at, "steps": args.steps, "threads": 1, "load_avg": os.getloadavg(), "sides": {}}
     for name, (contender, gms) in sides.items():
         estimates = []
         for phase, gm in zip(("forward", "backward"), gms):
@@ -119,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
                               "kernels": len(est.per_group)})
         result["sides"][name] = {"measured_median_s": {p: statistics.median(v) for p, v in sorted(measured[name].items())},
                                  "estimated": estimates}
-    print(f"{args.model}: {args.peer} and fxremat at {budget} B, {args.steps} profiled steps each (medians, ms)")
+    print(f"{args.model}: {peer_name} and fxremat at {at}, {args.steps} profiled steps each (medians, ms)")
     parts = sorted(set().union(*(m.keys() for m in measured.values())))
     print("| part | " + " | ".join(sides) + " |")
     print("|---|" + "---:|" * len(sides))

@@ -252,3 +252,16 @@ def test_a_strategys_solver_comes_from_its_options_unless_it_names_one():
     assert strategies.fxremat_options({}, fxremat, 100) == {"solver": "auto", "memory_budget": 100}
     named = {"kind": "fxremat", "solver": "knapsack"}
     assert strategies.fxremat_options({"fx_options": {"solver": "rotor"}}, named, 0.5)["solver"] == "knapsack"
+
+
+@pytest.mark.parametrize("tool, argv", [
+    ("ab", ["--budget-bytes", "1000", "--budget-fraction", "0.5"]),
+    ("kernel_split", ["--budget-bytes", "1000", "--budget-fraction", "0.5"]),
+    ("kernel_split", ["--peer-options", '{"solver": "rotor"}']),  # two plans of fxremat at which budget?
+])
+def test_paired_tools_refuse_a_budget_given_twice_or_not_at_all(tool, argv, capsys):
+    """Two fxremat plans paired must be made for one budget, given once (bytes or a fraction:
+    the two can plan differently); refused before anything is compiled."""
+    with pytest.raises(SystemExit) as stop:
+        _bench(tool).main(argv)
+    assert stop.value.code == 2 and "budget" in capsys.readouterr().err
