@@ -147,7 +147,7 @@ def bound(ctx, chosen, mincut_plan, budget: int, least=None) -> None:
             candidate.realize()  # a light (or released) candidate gets its torch.fx graphs
             found = at_assumed(peak_expressions(candidate.forward, candidate.backward, ctx.num_fwd_outputs,
                                                 ctx.options))
-        return sympy.Max(*found) if len(found) > 1 else found[0]
+        return _compat.symbolic_max(*found) if len(found) > 1 else found[0]
 
     exprs = at_assumed(exprs)
     peak = peak_of(chosen)

@@ -227,14 +227,22 @@ def _issue27_model(name):
 @pytest.mark.inductor
 @pytest.mark.parametrize("solver", ["knapsack", "rotor", "checkmate", "twremat"])
 @pytest.mark.parametrize("model", ["vit", "unet"])
-def test_issue27_models_measure_at_most_their_prediction_under_every_solver(model, solver):
+def test_issue27_models_measure_at_most_their_prediction_under_every_solver(model, solver, monkeypatch):
     """A ViT's knapsack plan measured 0.7% over its prediction, a U-Net's TWRemat plan 47%
     (28% over its budget) and its Rotor plan 7.6% (issue #27). Every solver's plan at a
     budget halfway to its least plan now measures at most its prediction, through Inductor."""
+    import dataclasses
     import gc
 
     import fxremat
     from fxremat.measure import measure_peak_bytes
+    from fxremat.strategies import SOLVERS, auto
+
+    if solver == "checkmate" and model == "vit":
+        # The ViT's 16 stages took Checkmate's ILP 90 s of this test's 105 (2-core CPU); at
+        # the 8 that `auto` gives it, a few seconds. What is measured is the same question.
+        monkeypatch.setitem(SOLVERS, "checkmate", dataclasses.replace(SOLVERS["checkmate"],
+                                                                      max_stages=auto.CHECKMATE_MAX_STAGES))
 
     torch.manual_seed(0)
     built = _issue27_model(model)
