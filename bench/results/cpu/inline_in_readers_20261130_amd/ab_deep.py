@@ -1,6 +1,8 @@
 """Paired A/B on fxremat.models.make_deep_cnn at the plan fixture's size: auto vs solver=rotor."""
+import os
 import sys
-sys.path.insert(0, "/work/main/bench"); sys.path.insert(0, "/work/main")
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))  # the repository
+sys.path[:0] = [os.path.join(ROOT, "bench"), ROOT]
 import torch
 import frontier_models as fm
 from fxremat import models

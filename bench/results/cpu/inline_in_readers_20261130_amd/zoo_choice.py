@@ -1,18 +1,23 @@
 """Which auto plans change with the store-or-inline rule in estimate_graph: each frontier model
 (small scale) at several fractions, planned where torch.compile plans (Inductor timeline),
-stopped before compiling; old rule by patching computed_in_readers to False."""
-import sys, json
-sys.path.insert(0, "/work/main/bench"); sys.path.insert(0, "/work/main")
+stopped before compiling; old rule by patching computed_in_readers to False. Run on branch
+experiment/inline-in-readers (main has no computed_in_readers):
+
+    python zoo_choice.py new|old transformer4,gpt2,... 0.8,0.5,0.2
+"""
+import json
+import os
+import sys
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))  # the repository
+sys.path[:0] = [os.path.join(ROOT, "bench"), ROOT]
 import torch
 from fxremat import costmodel
 from fxremat.plans import Planned, planning_only, wrapped
 from frontier_models import build
-sys.path.insert(0, "/work/main/bench")
 from compile_plan_time import plan_digest
 rule = sys.argv[1]
 models = sys.argv[2].split(",")
 budgets = [float(b) for b in sys.argv[3].split(",")]
-orig = costmodel.computed_in_readers
 if rule == "old":
     costmodel.computed_in_readers = lambda node, inlining: False
 def plan_of(name, budget):
