@@ -193,6 +193,21 @@ def inductor_heavy_ops_on_cpu() -> frozenset[str]:
     return frozenset({"exp", "sigmoid"})  # the list since torch 2.1
 
 
+@functools.cache
+def attention_backward_copies_broadcast_bias() -> bool:
+    """Does Inductor copy a broadcast attention bias dense for CUDA's efficient attention
+    backward (``oplib.copied_expanded_inputs``)? Its ``lowering.sdpa_constraint`` passes an
+    aligned written tensor through as it is only when it can read its strides
+    (``is_aligned_realized_tensor``); a broadcast of a value computed in the graph is an
+    ``ExpandView``, which has none (``IRNode.get_stride`` raises), so it is fixed to a
+    contiguous stride order: a dense copy. Measured on an H200 with torch 2.11 (a Hugging
+    Face causal mask's copy for each layer's attention backward); torch 2.13's constraint and
+    views are the same."""
+    from torch._inductor import ir
+
+    return getattr(ir.ExpandView, "get_stride", None) is getattr(ir.IRNode, "get_stride", None)
+
+
 def inductor_writes_every_cat(device_type: str) -> bool:
     """Does Inductor write every concatenation to a buffer of its own on this device
     (``lowering.cat``: on CPU always a ``ConcatKernel``, whose pointwise inputs are computed

@@ -275,6 +275,47 @@ def copies_unwritten_inputs(node: fx.Node) -> bool:
     return node.op == "call_function" and id(node.target) in _attention_call_ids()
 
 
+def copied_expanded_inputs(node: fx.Node) -> list[fx.Node]:
+    """The inputs Inductor copies dense for this call even when their storage is written:
+    on CUDA, the efficient attention backward's attention bias read as a broadcast view (a
+    stride 0 in a dimension longer than one) of a value computed in the graph, which Inductor
+    fixes to a contiguous stride order (``lowering.sdpa_constraint``, ``require_stride_order``,
+    which copies a view whose strides it cannot read). A Hugging Face causal mask expanded
+    over the heads: a copy 4× the mask for each layer's attention backward, alive while it
+    runs (measured on an H200 with torch 2.11, Qwen2's generated code). A torch whose views of computed values carry
+    strides would copy none (``_compat.attention_backward_copies_broadcast_bias``)."""
+    if node.op != "call_function" or id(node.target) not in _efficient_backward_ids():
+        return []
+    bias = node.args[4] if len(node.args) > 4 else node.kwargs.get("attn_bias")
+    if not isinstance(bias, fx.Node):
+        return []
+    val = bias.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.device.type != "cuda":
+        return []
+    if not any(st == 0 and size > 1 for st, size in zip(val.stride(), val.shape)):
+        return []
+    # A broadcast of a buffer already written when the view is lowered (a graph input, a
+    # library call's output) is a view with strides, passed as it is; one of a value Inductor
+    # computes in the graph is not (``_compat.attention_backward_copies_broadcast_bias``).
+    # Only a value no other reader has Inductor write before the view is lowered.
+    base = bias
+    while isinstance(base, fx.Node) and base.op == "call_function" and is_view(base) and base.args:
+        base = base.args[0]
+        if not isinstance(base, fx.Node) or len(base.users) != 1:
+            return []
+    if not (base.op == "call_function" and is_inductor_pointwise(base)):
+        return []
+    from . import _compat
+
+    return [bias] if _compat.attention_backward_copies_broadcast_bias() else []
+
+
+@functools.cache
+def _efficient_backward_ids() -> frozenset:
+    packet = getattr(aten, "_scaled_dot_product_efficient_attention_backward", None)
+    return frozenset(id(getattr(packet, o)) for o in packet.overloads()) if packet is not None else frozenset()
+
+
 def is_index_put(node: fx.Node) -> bool:
     """An ``index_put`` that Inductor lowers as a scatter kernel into the tensor it writes
     into (``lowering.py::index_put_impl_``), not as a library call: integer indices."""

@@ -243,6 +243,22 @@ def test_plan_as_cuda_plans_the_cuda_graph_on_the_cpu(tmp_path):
     assert result["plan_stages"] == result["stages"]["traffic"]
 
 
+def test_step_plans_finds_the_least_budget_and_runs_at_it(tmp_path):
+    """``bench/step_plans.py --budget least`` (what a GPU session runs on models outside the
+    zoo): a 1-byte budget's error names the step's least budget, and a fresh compile runs at
+    it, its plans made in the process (caches off) and its step measured within it."""
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "step_plans.py"), "--model", "mlp",
+                          "--scale", "tiny", "--sizes", '{"layers": 2}', "--budget", "least", "--device", "cpu",
+                          "--steps", "2", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    runs = json.loads((tmp_path / "step_plans.json").read_text())["runs"]
+    assert [r["budget"] for r in runs][:1] == [1] and runs[0]["error"] and len(runs) == 2, runs
+    least = _bench("plan_records").least_budget(runs[0]["error"]).bytes
+    assert runs[1]["budget"] == least and runs[1]["error"] is None
+    assert [p["budget_bytes"] for p in runs[1]["plans"]] == [least]
+    assert runs[1]["measured_step_peak_bytes"] <= least * 1.01
+
+
 def test_a_strategys_solver_comes_from_its_options_unless_it_names_one():
     """``bench/ab.py --variant-options '{"solver": "rotor"}'`` compiled the variant with "auto":
     the strategy's default solver overrode the options' (2026-11-30)."""
