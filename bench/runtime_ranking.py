@@ -1,6 +1,6 @@
 """Does fxremat's runtime model rank rematerialization plans the way measurement does?
 
-    python bench/runtime_ranking.py [--model gpt] [--rounds 60] [--steps 5] [--recalibrate]
+    python bench/runtime_ranking.py [--model gpt] [--rounds 60] [--steps 5]
                                     [--out-dir bench/results/cpu]
 
 One model, several partitioners (plans) of its training step, each compiled with Inductor
@@ -14,7 +14,8 @@ through a recording partitioner that keeps the forward and backward graphs it ha
   recomputes matmuls to fit; smaller X recomputes more).
 
 For each plan: the cost model's step time (``fxremat.costmodel.estimate_step``, this CPU's
-calibrated profile; also with library kernels measured, ``OpTimer``), and the measured
+profile, calibrated afresh into a directory of its own, not the user's cache, which the
+planner reads; also with library kernels measured, ``OpTimer``), and the measured
 median step time (forward + backward, one thread, warm; the plans take turns in a shuffled
 order each round, ``--steps`` steps per turn, so drifts in machine load hit all alike;
 wall clock, and the thread's CPU time beside it). Reports Spearman's rho between predicted
@@ -35,6 +36,7 @@ import platform
 import random
 import statistics
 import sys
+import tempfile
 import time
 from typing import Any, Callable
 
@@ -172,7 +174,6 @@ def main() -> None:
     parser.add_argument("--budgets", default="0.8,0.5,0.3,0.1,0", help="activation_memory_budget values")
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--steps", type=int, default=5, help="timed steps per plan per round")
-    parser.add_argument("--recalibrate", action="store_true", help="measure the CPU profile again")
     parser.add_argument("--out-dir", default=None)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -180,7 +181,10 @@ def main() -> None:
     make = (lambda: models.ZOO[args.model](**kwargs))
     budgets = [float(b) for b in args.budgets.split(",") if b]
 
-    profile = costmodel.calibrate_cpu(force=args.recalibrate)
+    # Calibrated here, not into ~/.cache/fxremat: a profile cached there is what every later
+    # plan on this machine uses (devices.cpu_profile), so a benchmark must not leave one.
+    with tempfile.TemporaryDirectory(prefix="fxremat-ranking-") as directory:
+        profile = costmodel.calibrate_cpu(force=True, directory=directory)
     recorders = strategies(budgets)
     model, batch, compiled = compile_all(make, recorders)
     grad_diff = check_gradients(model, batch, compiled)
