@@ -14,7 +14,7 @@ from typing import Any
 
 import torch.fx as fx
 
-from . import _compat, dynamic, inspect, ranks, step
+from . import _compat, dynamic, inspect, joint_record, ranks, step
 from .options import Options
 from .partition import partition
 from .candidate import log
@@ -47,7 +47,12 @@ class FxrematPartitioner(_compat.CustomPartitionerFn):
         keep = joint_keeper()
         if keep is not None:
             keep(_replanner(gm, joint_inputs, kwargs))
-        fwd, bwd, plan = partition(gm, joint_inputs, options=self.options, **kwargs)
+        saved = joint_record.save_if_asked(gm, joint_inputs, kwargs)  # (a developer's switch: $FXREMAT_SAVE_JOINTS)
+        try:
+            fwd, bwd, plan = partition(gm, joint_inputs, options=self.options, **kwargs)
+        finally:
+            if saved is not None:
+                joint_record.record_workspaces(saved)
         if self.planning_only:
             raise Planned(plan)
         folder = inspect.record(plan, self.options.debug_dir)
