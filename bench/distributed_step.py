@@ -14,13 +14,15 @@ which a second job then runs.
 
 Each rank runs ``--steps`` steps (the first compiles; a later one may plan again, as a step's
 budget does) in float64. The peak of each step after the first is measured above what was
-allocated before it: ``torch.cuda.max_memory_allocated`` on CUDA, the profiler's memory events
-on a CPU (``fxremat.measure.measure_peak_bytes``). What a budget counts per rank
-(``docs/distributed.md``): not what FSDP2 allocates itself (the parameters it all-gathers, the
-graph's inputs; its reduce-scatter buffers and sharded gradients) nor DDP's buckets. On a CPU the
-profiler tells FSDP2's allocations apart by their scopes (``measure.FSDP2_OWN``): ``peaks`` leaves
-them out, ``all_peaks`` counts everything; on CUDA ``max_memory_allocated`` holds them all
-(``parameter_bytes`` is written beside it). Writes ``DIR/distributed_step.json``.
+allocated before it: on CUDA the caching allocator's history (``fxremat.measure.cuda_peak_bytes``,
+checked against ``torch.cuda.max_memory_allocated``, written as ``max_memory_allocated``), on a
+CPU the profiler's memory events (``fxremat.measure.measure_peak_bytes``). What a budget counts
+per rank (``docs/distributed.md``): not what FSDP2 allocates itself (the parameters it
+all-gathers, the graph's inputs; its reduce-scatter buffers and sharded gradients) nor DDP's
+buckets. On a CPU the profiler tells FSDP2's allocations apart by their scopes
+(``measure.FSDP2_OWN``), on CUDA by the files of their stacks (``measure.FSDP2_OWN_FILES``):
+``peaks`` leaves them out, ``all_peaks`` counts everything (``parameter_bytes`` is written
+beside them). Writes ``DIR/distributed_step.json``.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ def _rank(rank: int, world: int, port: int, folder: str, spec: dict) -> None:
     import torch.distributed as dist
 
     import fxremat
-    from fxremat.measure import FSDP2_OWN, measure_peak_bytes
+    from fxremat.measure import FSDP2_OWN, FSDP2_OWN_FILES, cuda_peak_bytes, measure_peak_bytes
     from plan_records import least_budget
 
     device = spec["device"]
@@ -122,13 +124,13 @@ def _rank(rank: int, world: int, port: int, folder: str, spec: dict) -> None:
         for i in range(spec["steps"]):
             for p in _parameters(step):
                 p.grad = None
-            if device == "cuda":
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                before = torch.cuda.memory_allocated()
+            if device == "cuda" and i == 0:
                 one_step()
-                torch.cuda.synchronize()
-                peak = every = torch.cuda.max_memory_allocated() - before
+                peak = every = None
+            elif device == "cuda":  # FSDP2's own allocations told apart by their stacks
+                measured = cuda_peak_bytes(one_step, FSDP2_OWN_FILES)
+                peak, every = measured["peak_bytes"], measured["all_peak_bytes"]
+                row.setdefault("max_memory_allocated", []).append(measured["max_memory_allocated_bytes"])
             elif i == 0:  # the profiler around Dynamo's first compile can crash
                 one_step()
                 peak = every = None
@@ -199,7 +201,7 @@ def summarize(job: dict) -> dict:
     keys = [[(p["solver"], p["saved"], p["sequence"], p["predicted_peak_bytes"], p["budget_bytes"])
              for p in r["plans"]] for r in ranks]
     budget = job["budget"]
-    last = [r["peaks"][-1] for r in ranks if r.get("peaks")]  # FSDP2's own allocations left out (CPU)
+    last = [r["peaks"][-1] for r in ranks if r.get("peaks")]  # FSDP2's own allocations left out
     last_all = [r["all_peaks"][-1] for r in ranks if r.get("all_peaks")]
     # each graph's last plan: its predicted peak with what the earlier graphs hold beside it
     last_plans = {p["graph_id"]: p for p in ranks[0]["plans"]}.values() if ranks else []
@@ -212,6 +214,8 @@ def summarize(job: dict) -> dict:
             "grad_max_rel_error": max((r.get("grad_max_rel_error", float("nan")) for r in ranks), default=None),
             "measured_peak_bytes": max(last) if last else None,
             "measured_all_peak_bytes": max(last_all) if last_all else None,
+            "max_memory_allocated_bytes": max((r["max_memory_allocated"][-1] for r in ranks if r.get("max_memory_allocated")),
+                                              default=None),
             "predicted_step_peak_bytes": step_predicted,
             "within_budget": (max(last) <= budget) if last and isinstance(budget, int) else None,
             "parameter_bytes": ranks[0].get("parameter_bytes") if ranks else None, "wall_s": job["wall_s"]}

@@ -105,3 +105,22 @@ def test_time_steps():
     times = time_steps(lambda: calls.append(1), warmup=2, steps=3)
     assert len(calls) == 5
     assert len(times) == 3 and all(t >= 0 for t in times)
+
+
+def test_a_cuda_history_leaves_out_what_fsdp2_allocates_itself():
+    """On CUDA the budget's measurement tells FSDP2's own allocations (its all-gathered
+    parameters, its reduce-scatter buffers) apart by their stacks, as the profiler's scopes do
+    on a CPU; sizes count as the caching allocator's 512-byte blocks, and a free of a block
+    allocated before the history began lowers nothing."""
+    from fxremat.measure import FSDP2_OWN_FILES, peaks_of_cuda_trace
+
+    fsdp2 = [{"filename": "/x/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py"}]
+    graph = [{"filename": "/tmp/torchinductor_root/ab/cabc.py"}]
+    trace = [{"action": "alloc", "addr": 1, "size": 4096, "frames": fsdp2},   # gathered parameters
+             {"action": "alloc", "addr": 2, "size": 1000, "frames": graph},   # an activation: 1024
+             {"action": "free_completed", "addr": 9, "size": 8192},            # an older block
+             {"action": "alloc", "addr": 3, "size": 2048, "frames": graph},
+             {"action": "free_completed", "addr": 1, "size": 4096},
+             {"action": "alloc", "addr": 1, "size": 512, "frames": graph}]     # its address reused
+    assert peaks_of_cuda_trace(trace, FSDP2_OWN_FILES) == {"peak_bytes": 3584, "all_peak_bytes": 7168}
+    assert peaks_of_cuda_trace(trace) == {"peak_bytes": 7168, "all_peak_bytes": 7168}
