@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--solver", default="auto")
     parser.add_argument("--out", required=True)
     parser.add_argument("--record", default=None,
-                        help="CUDA: also record one more step of the last run into this folder "
+                        help="CUDA: record the last step of the last run into this folder, the step measured "
                              "(fxremat.harness.record_cuda_step: the allocator's history, the predicted timelines, Inductor's code)")
     args = parser.parse_args(argv)
 
@@ -114,7 +114,14 @@ def _run(args, budget, torch, fxremat, frontier_models, fx_options) -> dict:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                compiled(*batch).backward()
+                if args.record and args.device == "cuda" and step == args.steps - 1 and step > 0:
+                    # the last step itself recorded, as the loop runs it (no collection before it)
+                    from fxremat.harness import record_cuda_step
+
+                    record_cuda_step(model, lambda: compiled(*batch).backward(), fxremat.inspect.plans_since(since),
+                                     args.record, collect=False)
+                else:
+                    compiled(*batch).backward()
             except fxremat.BudgetError as err:
                 error = str(err)
         row = {"step": step, "wall_s": round(time.perf_counter() - started, 1), "error": error,
@@ -133,10 +140,6 @@ def _run(args, budget, torch, fxremat, frontier_models, fx_options) -> dict:
         model.zero_grad(set_to_none=True)
         run["measured_step_peak_bytes"] = measure_peak_bytes(lambda: compiled(*batch).backward())["peak_bytes"]
         print(f"measured step peak (profiler): {run['measured_step_peak_bytes']} bytes", flush=True)
-    if args.record and args.device == "cuda" and not run["error"]:
-        from fxremat.harness import record_cuda_step
-
-        record_cuda_step(model, lambda: compiled(*batch).backward(), fxremat.inspect.plans_since(since), args.record)
     for plan in fxremat.inspect.plans_since(since):
         notes = plan.notes
         run["plans"].append({"graph": plan.graph_id, "solver": plan.solver, "budget_bytes": plan.budget_bytes,

@@ -17,7 +17,7 @@ from .joint import NodeClasses, graph_device, recomputed_entry
 from .options import Options
 from .passes import mincut
 from .plans import Plan
-from .sizes import alive_at_backward_bytes, describe, is_multi_output, storage_bytes, storage_of
+from .sizes import alive_at_backward_bytes, describe, held_outputs, is_multi_output, storage_bytes, storage_of
 from .timeline import predict, relaid_inputs
 from .workspace import scratch_model
 
@@ -114,7 +114,7 @@ class Context:
         if incoming is None:
             incoming = self.memo["incoming gradients read"] = [
                 n for n in self.joint.graph.nodes if n.op == "placeholder" and _compat.is_tangent(n) and n.users]
-        held = self.user_outputs if self.options.hold_outputs else []
+        held = held_outputs(self.user_outputs, self.options.hold_outputs)
         return alive_at_backward_bytes(saved, held, incoming, self.input_names)
 
     def saved_nodes(self, names) -> list[fx.Node]:

@@ -177,13 +177,14 @@ def _child(spec: dict) -> dict:
     return result
 
 
-def record_cuda_step(model, step, plans, record_dir: str) -> str:
+def record_cuda_step(model, step, plans, record_dir: str, collect: bool = True) -> str:
     """What explains a gap between predicted and measured peak on CUDA, written to
     ``record_dir``: ``snapshot.pickle``, the caching allocator's history over one more step
     with Python stacks (``torch.cuda.memory._snapshot()``, read by pytorch.org/memory_viz; the
     frames of an allocation name the line of Inductor's generated code that made it);
     ``predicted.json``, each plan's predicted timeline (``Plan.timeline_records``) and peak;
-    and ``code/``, the generated code files those frames name."""
+    and ``code/``, the generated code files those frames name. ``collect``: run Python's
+    collector before the step (set it False to record a step as a training loop runs it)."""
     import pickle
     import shutil
 
@@ -191,7 +192,8 @@ def record_cuda_step(model, step, plans, record_dir: str) -> str:
 
     os.makedirs(record_dir, exist_ok=True)
     model.zero_grad(set_to_none=True)
-    gc.collect()
+    if collect:
+        gc.collect()
     torch.cuda.synchronize()
     torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
     try:

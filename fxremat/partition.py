@@ -116,7 +116,7 @@ def _plan_memoized(ctx: Context, joint_inputs: Any, started: float) -> tuple[fx.
     classes = ctx.classes
     floor = graph_floor(ctx.joint, ctx.input_names, mincut_plan.plan.timeline.end_bytes, forward=classes.forward,
                         gradients=classes.bwd_outputs,
-                        held=classes.fwd_outputs[:ctx.num_fwd_outputs] if options.hold_outputs else [],
+                        held=sizes.held_outputs(classes.fwd_outputs[:ctx.num_fwd_outputs], options.hold_outputs),
                         inlines=options.compiler == "inductor", outputs=classes.fwd_outputs[:ctx.num_fwd_outputs],
                         later_graphs=options.later_graphs_bytes)
     solver = SOLVERS[options.solver]

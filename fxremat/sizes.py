@@ -196,6 +196,17 @@ def handed_over_bytes(saved, exclude: set[str] = frozenset()) -> int:
     return sum(largest.values())
 
 
+def held_outputs(outputs, hold_outputs: bool) -> list:
+    """The forward's outputs (nodes) the caller holds through the backward: all of them with
+    ``hold_outputs``; else its scalars, a loss that ``loss.backward()`` holds until the
+    backward returns (the step's peak measured the loss's 4 bytes over the plan's, 512 on
+    CUDA: over a least budget by that much)."""
+    if hold_outputs:
+        return list(outputs)
+    return [n for n in outputs if isinstance(getattr(n, "meta", None), dict)
+            and isinstance(v := n.meta.get("val"), torch.Tensor) and v.dim() == 0]
+
+
 def alive_at_backward_bytes(saved, held=(), incoming=(), exclude: set[str] = frozenset()) -> int:
     """Bytes alive when a plan's backward begins, a lower bound of its peak tighter than
     ``handed_over_bytes``: the saved storages (as there), the forward's outputs the caller

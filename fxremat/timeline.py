@@ -22,7 +22,7 @@ from .lite import NODES
 from .memo import per_meta
 from .passes.memory import Step, Timeline, simulate
 from .workspace import channels_last_scratch_bytes, library_call
-from .sizes import (_hint, flat_tensors, is_multi_output, incoming_gradient_held, node_bytes, node_bytes_expr, storage_of,
+from .sizes import (_hint, flat_tensors, held_outputs, is_multi_output, incoming_gradient_held, node_bytes, node_bytes_expr, storage_of,
                     strided_bytes, tensor_bytes, tensor_bytes_expr)
 
 _node_bytes, _tensor_bytes = node_bytes, tensor_bytes  # _graph_steps' names for them, when not symbolic
@@ -1449,8 +1449,11 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
     if not hold_outputs:
         # Alive until the forward returns them; the caller drops them after its loss (HF
         # GPT-2 with the loss after a graph break: the logits, 1 MiB, were counted through
-        # the whole backward beside their own gradient, 10% over the measured peak).
+        # the whole backward beside their own gradient, 10% over the measured peak), but for
+        # the loss itself, which ``loss.backward()`` holds (``sizes.held_outputs``).
         fwd_steps.append(Step("return", reads=sorted(user_outputs), phase="forward"))
+        keep |= {fwd_storage[a.name] for a in held_outputs(fwd_out_args[:num_user_outputs], False)
+                 if fwd_storage.get(a.name)}
     need, kept = later_graphs
     if need or kept:
         # Their peak with what they keep counted once: the kept part is a storage of its own.

@@ -256,7 +256,9 @@ def test_step_plans_finds_the_least_budget_and_runs_at_it(tmp_path):
     least = _bench("plan_records").least_budget(runs[0]["error"]).bytes
     assert runs[1]["budget"] == least and runs[1]["error"] is None
     assert [p["budget_bytes"] for p in runs[1]["plans"]] == [least]
-    assert runs[1]["measured_step_peak_bytes"] <= least * 1.01
+    # within it to the byte: the frontier's steps hold their loss through ``backward()``,
+    # which ``hold_outputs=False`` counts (the loss's 4 bytes over before, ``sizes.held_outputs``)
+    assert runs[1]["measured_step_peak_bytes"] <= least
 
 
 def test_a_strategys_solver_comes_from_its_options_unless_it_names_one():
