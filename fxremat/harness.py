@@ -179,7 +179,7 @@ def _child(spec: dict) -> dict:
 
 def record_cuda_step(model, step, plans, record_dir: str, collect: bool = True) -> str:
     """What explains a gap between predicted and measured peak on CUDA, written to
-    ``record_dir``: ``snapshot.pickle``, the caching allocator's history over one more step
+    ``record_dir``: ``snapshot.pickle``, the caching allocator's history over ``step()``
     with Python stacks (``torch.cuda.memory._snapshot()``, read by pytorch.org/memory_viz; the
     frames of an allocation name the line of Inductor's generated code that made it);
     ``predicted.json``, each plan's predicted timeline (``Plan.timeline_records``) and peak;
@@ -188,20 +188,13 @@ def record_cuda_step(model, step, plans, record_dir: str, collect: bool = True) 
     import pickle
     import shutil
 
-    import torch
+    from .measure import cuda_step_history
 
     os.makedirs(record_dir, exist_ok=True)
     model.zero_grad(set_to_none=True)
     if collect:
         gc.collect()
-    torch.cuda.synchronize()
-    torch.cuda.memory._record_memory_history(max_entries=1_000_000, stacks="python")
-    try:
-        step()
-        torch.cuda.synchronize()
-        snapshot = torch.cuda.memory._snapshot()
-    finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
+    snapshot, _ = cuda_step_history(step)
     with open(os.path.join(record_dir, "snapshot.pickle"), "wb") as f:
         pickle.dump(snapshot, f)
     with open(os.path.join(record_dir, "predicted.json"), "w") as f:

@@ -105,19 +105,27 @@ def cuda_peak_bytes(step_fn: Callable[[], Any], not_counted_files: tuple[str, ..
     FSDP2 all-gathers, its reduce-scatter buffers); ``all_peak_bytes`` counts everything;
     ``max_memory_allocated_bytes`` is the allocator's own peak above the start, the check of the
     replay (sizes are rounded to its 512-byte blocks as it counts them)."""
+    snapshot, peak_allocated = cuda_step_history(step_fn)
+    trace = snapshot["device_traces"][torch.cuda.current_device()]
+    return {**peaks_of_cuda_trace(trace, not_counted_files), "max_memory_allocated_bytes": peak_allocated}
+
+
+def cuda_step_history(step_fn: Callable[[], Any]) -> tuple[dict, int]:
+    """Run ``step_fn()`` once with the CUDA caching allocator's history on (Python stacks):
+    ``(torch.cuda.memory._snapshot(), torch.cuda.max_memory_allocated() above the start)``.
+    The one recording every CUDA measurement here and ``harness.record_cuda_step`` make."""
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
     torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
     try:
-        step_fn()
+        result = step_fn()
         torch.cuda.synchronize()
         snapshot = torch.cuda.memory._snapshot()
     finally:
         torch.cuda.memory._record_memory_history(enabled=None)
-    trace = snapshot["device_traces"][torch.cuda.current_device()]
-    return {**peaks_of_cuda_trace(trace, not_counted_files),
-            "max_memory_allocated_bytes": torch.cuda.max_memory_allocated() - before}
+    del result
+    return snapshot, torch.cuda.max_memory_allocated() - before
 
 
 def peaks_of_cuda_trace(trace: list[dict], not_counted_files: tuple[str, ...] = ()) -> dict[str, int]:
@@ -203,18 +211,7 @@ def _thinned(curve: list[int]) -> list[int]:
 
 def _record_cuda(step_fn: Callable[[], Any]) -> dict[str, Any]:
     device = torch.cuda.current_device()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    torch.cuda.memory._record_memory_history(max_entries=2_000_000)
-    try:
-        result = step_fn()
-        torch.cuda.synchronize()
-        snapshot = torch.cuda.memory._snapshot()
-    finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
-    del result
-    peak_allocated = torch.cuda.max_memory_allocated() - before
+    snapshot, peak_allocated = cuda_step_history(step_fn)
     trace = snapshot["device_traces"][device] if device < len(snapshot["device_traces"]) else []
     events = [(e["addr"], e["size"] if e["action"] == "alloc" else -e["size"]) for e in trace
               if e["action"] in ("alloc", "free_completed")]
