@@ -16,7 +16,8 @@ library calls ("compute") and fused kernels ("fused", "other"): the roofline est
 planner's stage costs are made of. What a plan misprices shows as a part whose measured
 difference between the two strategies is far from the estimated one (issue #26). With
 ``--peer-options`` the peer is fxremat itself at the same budget with those options (two of
-fxremat's plans side by side: ``{"solver": "rotor"}`` against ``auto``'s, issue #21). CPU only.
+fxremat's plans side by side: ``{"solver": "rotor"}`` against ``auto``'s, issue #21). The plans
+compared are recorded with the figures (``sides.*.plans``). CPU only.
 Not a test.
 """
 
@@ -92,6 +93,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     from ab import Contender, peer_strategy
     from frontier_strategies import FX_OPTIONS_DEFAULT
+    from plan_records import plan_record
+
+    import fxremat
     from fxremat import costmodel
 
     torch.set_num_threads(1)
@@ -108,6 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         with torch._functorch.config.patch(enable_autograd_cache=False), \
                 torch._inductor.config.patch({"fx_graph_cache": False, "cpp.enable_kernel_profile": True}):
+            before_peer = fxremat.inspect.plan_count()
             if args.peer_options is None:
                 peer = Contender(spec, peer_strategy(args.peer), 2)
             else:
@@ -116,10 +121,14 @@ def main(argv: list[str] | None = None) -> dict:
             if at is None:
                 at = {"budget_bytes": peer.measure()}
             peer_graphs = len(graphs)
+            peer_plans = fxremat.inspect.plans_since(before_peer)
+            before_fx = fxremat.inspect.plan_count()
             fx = Contender(spec, {"name": "fxremat", "kind": "fxremat", **at}, 2)
+            fx_plans = fxremat.inspect.plans_since(before_fx)
     finally:
         compile_fx._recursive_post_grad_passes = post_grad
     sides = {"peer": (peer, graphs[:peer_graphs]), "fxremat": (fx, graphs[peer_graphs:])}
+    plans_of = {"peer": peer_plans, "fxremat": fx_plans}
     measured: dict[str, dict[str, list[float]]] = {name: collections.defaultdict(list) for name in sides}
     for r in range(args.steps):
         for name in (("peer", "fxremat") if r % 2 == 0 else ("fxremat", "peer")):
@@ -152,8 +161,12 @@ def main(argv: list[str] | None = None) -> dict:
             estimates.append({"phase": phase, "graphs": len(graphs_of), "total_s": total, "by_kind_s": dict(by_kind),
                               "kernels": kernels})
         result["sides"][name] = {"measured_median_s": {p: statistics.median(v) for p, v in sorted(measured[name].items())},
-                                 "estimated": estimates}
+                                 "estimated": estimates, "plans": [plan_record(p) for p in plans_of[name]]}
     print(f"{args.model}: {peer_name} and fxremat at {at}, {args.steps} profiled steps each (medians, ms)")
+    for name in sides:  # which plans were compared (fxremat's; none for a peer that is not fxremat)
+        for record in result["sides"][name]["plans"]:
+            print(f"  {name} plan: {record['solver']}, predicts {record['predicted_peak_bytes']} B, "
+                  f"{record['recomputed_ops']} ops recomputed, stages {record['stages']}")
     parts = sorted(set().union(*(m.keys() for m in measured.values())))
     print("| part | " + " | ".join(sides) + " |")
     print("|---|" + "---:|" * len(sides))
