@@ -155,10 +155,19 @@ def ablations(fwd, bwd, profile: costmodel.DeviceProfile) -> dict[str, float]:
     def unfused(gm, prof):
         return sum(costmodel.node_time(n, prof) for n in gm.graph.nodes)
 
+    def computed_once(gm, prof):
+        # kernels without the store-or-inline rule: a value Inductor computes in each reader
+        # joins its readers' kernels into one, computed once (the model before 2026-11-30)
+        inlined, inlining = costmodel.inlined_constants(gm), costmodel.Inlining()
+        return sum(costmodel.estimate_group(g, prof, inlined=inlined, inlining=inlining).seconds
+                   for g in costmodel.kernel_groups(gm, inlined))
+
     dram = dataclasses.replace(profile, cache_bandwidth=None)
     flat = dataclasses.replace(profile, vector_flops=float("inf"))  # pointwise ops cost only their bytes
     return {
         "unfused (every op its own kernel)": (unfused(fwd, profile) + unfused(bwd, profile)) * 1e3,
+        "a value inlined into several kernels computed once": (computed_once(fwd, profile)
+                                                              + computed_once(bwd, profile)) * 1e3,
         "memory bandwidth only (no cache level)": costmodel.estimate_step(fwd, bwd, dram).total_s * 1e3,
         "pointwise compute free": costmodel.estimate_step(fwd, bwd, flat).total_s * 1e3,
         "matmul FLOPs only": sum(k.flops / profile.matmul_flops["fp32"] for est in

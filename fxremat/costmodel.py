@@ -19,10 +19,13 @@ bytes are inputs read plus outputs written, views free; time =
 **Per graph** (``kernel_groups``, ``estimate_graph``): fusible ops (``oplib.is_fusible``:
 pointwise, reductions, copies) joined to their fusible producers form one kernel, as
 Inductor fuses them; compute-intensive and unfusible ops are kernels of their own (library
-calls). A kernel moves its external reads (each storage once a pass) plus the values it
-materializes (``timeline.Inlining`` says which it never writes; a value another kernel
-reads is written), so a chain of pointwise ops moves its bytes once; it costs its roofline
-time plus one launch overhead. A reduction over at least ``PASS_REDUCTION_ELEMENTS``
+calls). A pointwise value Inductor never writes (``timeline.Inlining``, the timeline's
+store-or-inline rule: ``computed_in_readers``) is in no kernel: every kernel that reads it
+computes it, paying its work and its inputs' reads (``kernel_bodies``). A kernel moves its
+external reads (each storage once a pass) plus the values it materializes, so a chain of
+pointwise ops moves its bytes once; it costs its roofline time plus one launch overhead.
+(``node_costs``, which prices the joint graph's ops for Rotor's stages, groups without that
+rule: which recomputed values a backward inlines depends on the plan.) A reduction over at least ``PASS_REDUCTION_ELEMENTS``
 elements per output is a loop of its own: what the kernel computes from its result is a
 second pass, which reads the kernel's inputs again (a batch norm's normalized output).
 
@@ -46,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.fx as fx
@@ -56,7 +59,7 @@ from .aliasing import is_alias, readers, storage_node
 from .devices import (A100_80GB, A100_80GB_PCIE, CALIBRATION_VERSION, DEFAULT_CPU, GPU_PROFILES, H100_PCIE, H100_SXM,
                       H200, DeviceProfile, cache_dir, calibrate_cpu, cpu_profile, dtype_class, gpu_profile, profile_for)
 from .optimer import OpTimer
-from .sizes import _hint, flat_tensors, node_bytes, tensor_bytes
+from .sizes import _hint, flat_tensors, is_multi_output, node_bytes, tensor_bytes
 from .timeline import Inlining
 from .lite import NODES
 
@@ -250,15 +253,53 @@ def inlined_constants(gm: fx.GraphModule) -> set[fx.Node]:
     return inlined
 
 
-def kernel_groups(gm: fx.GraphModule, inlined: set[fx.Node] | None = None) -> list[list[fx.Node]]:
+def computed_in_readers(node: fx.Node, inlining: Inlining) -> bool:
+    """Is ``node`` a pointwise value Inductor never writes, computing it inside each kernel
+    that reads it (``timeline.Inlining``: the timeline's store-or-inline rule), every reader a
+    fused kernel? A value a library call or the graph's output reads is written."""
+    return (_fuses(node) and not is_multi_output(node) and inlining.fused_away(node)
+            and all(r.op == "call_function" and _fuses(r) for r in inlining.readers(node)))
+
+
+def _body(node: fx.Node, away: "Callable[[fx.Node], bool]", inlined: set[fx.Node]) -> tuple[set[fx.Node], set[fx.Node]]:
+    """(the written values ``node``'s code loads, the values it computes inline): through
+    its inputs computed in their readers (``away``), recursively."""
+    loads: set[fx.Node] = set()
+    computed: set[fx.Node] = set()
+    stack, seen = [node], set()
+    while stack:
+        for a in stack.pop().all_input_nodes:
+            producer = _producer(a)
+            if producer in seen or producer in inlined:
+                continue
+            seen.add(producer)
+            if _is_kernel(producer) and away(producer):
+                computed.add(producer)
+                stack.append(producer)
+            else:
+                loads.add(producer)
+    return loads, computed
+
+
+def kernel_groups(gm: fx.GraphModule, inlined: set[fx.Node] | None = None,
+                  inlining: Inlining | None = None) -> list[list[fx.Node]]:
     """The graph's kernels as Inductor would make them: each fusible op joins the kernel
     of every fusible op it reads (through views) unless a library kernel (matmul,
     convolution, any unfusible op) lies on a path between them, which would make the
     fused kernel both feed and wait for it; other ops run alone. In graph order (a
     kernel sits at its first node), each kernel's nodes in graph order. ``inlined``: the
-    graph's ``inlined_constants``, if the caller has them."""
+    graph's ``inlined_constants``, if the caller has them.
+
+    With ``inlining`` (the graph's store-or-inline memo), a value Inductor computes inside
+    each kernel that reads it (``computed_in_readers``) is in no kernel: each reader's
+    kernel computes it (``kernel_bodies``), and kernels join through it to the written
+    values it loads. Without it, such a value joins its readers' kernels into one, computed
+    once: a recomputed GELU's ``erf``, shared (after common-subexpression elimination) by
+    the GELU a matmul reads and by the GELU's backward, made one kernel of the two, where
+    Inductor writes two and computes the ``erf`` in both (issue #21's 4-layer transformer)."""
     inlined = inlined_constants(gm) if inlined is None else inlined
-    nodes = [n for n in gm.graph.nodes if _is_kernel(n) and n not in inlined]
+    away = _away(inlining, inlined)
+    nodes = [n for n in gm.graph.nodes if _is_kernel(n) and n not in inlined and not away(n)]
     depth = _extern_depth([n for n in gm.graph.nodes if n.op == "call_function"])
     parent = {n: n for n in nodes}
 
@@ -272,8 +313,9 @@ def kernel_groups(gm: fx.GraphModule, inlined: set[fx.Node] | None = None) -> li
     for node in nodes:
         if not _fuses(node):
             continue
-        for a in node.all_input_nodes:
-            producer = _producer(a)
+        loads = ({_producer(a) for a in node.all_input_nodes} if inlining is None
+                 else _body(node, away, inlined)[0])
+        for producer in sorted(loads, key=lambda p: position.get(p, -1)):
             if producer in parent and _fuses(producer) and depth[producer] == depth[node]:
                 ra, rb = find(node), find(producer)
                 if ra is not rb:  # the earlier node roots the group: deterministic
@@ -287,6 +329,37 @@ def kernel_groups(gm: fx.GraphModule, inlined: set[fx.Node] | None = None) -> li
     return sorted(groups.values(), key=lambda g: position[g[0]])
 
 
+def _away(inlining: Inlining | None, inlined: set[fx.Node]) -> "Callable[[fx.Node], bool]":
+    """``computed_in_readers`` with ``inlining``, memoized; without it, nothing is."""
+    if inlining is None:
+        return lambda node: False
+    answers: dict[fx.Node, bool] = {}
+
+    def away(node: fx.Node) -> bool:
+        found = answers.get(node)
+        if found is None:
+            found = answers[node] = node not in inlined and computed_in_readers(node, inlining)
+        return found
+    return away
+
+
+def kernel_bodies(group: list[fx.Node], inlining: Inlining, inlined: set[fx.Node],
+                  position: dict[fx.Node, int] | None = None) -> list[fx.Node]:
+    """The values ``group``'s kernel computes without writing them (``computed_in_readers``),
+    for its members, in graph order: once in this kernel, however many of its members read
+    them, and again in every other kernel that reads them. ``position``: each node's index
+    in the graph, if the caller has it."""
+    away = _away(inlining, inlined)
+    computed: set[fx.Node] = set()
+    for node in group:
+        if _fuses(node):
+            computed |= _body(node, away, inlined)[1]
+    if not computed:
+        return []
+    position = position or {n: i for i, n in enumerate(group[0].graph.nodes)}
+    return sorted(computed, key=position.__getitem__)
+
+
 @dataclasses.dataclass
 class KernelEstimate:
     nodes: list[str]
@@ -296,6 +369,7 @@ class KernelEstimate:
     bytes_written: int
     seconds: float
     bound: str  # "compute", "memory" or "measured"
+    computed_inline: list[str] = dataclasses.field(default_factory=list)  # values it computes, never writes
 
     @property
     def bytes_moved(self) -> int:
@@ -400,12 +474,19 @@ def _read_events(group: list[fx.Node], members: set[fx.Node], inlined: set[fx.No
 
 
 def _group_traffic(group: list[fx.Node], inlined: set[fx.Node] = frozenset(),
-                   inlining: Inlining | None = None) -> tuple[int, int, int]:
+                   inlining: Inlining | None = None, body: list[fx.Node] = (),
+                   position: dict[fx.Node, int] | None = None) -> tuple[int, int, int]:
     """(bytes read from outside the kernel, each storage once a pass; bytes the kernel
     writes; the bytes it touches, each storage once). Values in ``inlined`` are computed
-    inside the kernel: nothing to read. Passes: ``_read_events``."""
+    inside the kernel: nothing to read; so are those in ``body`` (``kernel_bodies``), which
+    read their inputs (``position``: each node's index in the graph, to order them). Passes:
+    ``_read_events``."""
     members = set(group)
     nwritten = sum(node_bytes(node) for node in group if written(node, members, inlining))
+    if body:
+        members |= set(body)
+        position = position or {n: i for i, n in enumerate(group[0].graph.nodes)}
+        group = sorted(members, key=position.__getitem__)
     splits = {node for node in group if _splits_passes(node, members)}
     if splits:
         passes = _read_events(group, members, inlined, splits)
@@ -432,31 +513,38 @@ def _kind(group: list[fx.Node]) -> str:
 
 def estimate_group(group: list[fx.Node], profile: DeviceProfile, tf32: bool | None = None,
                    timer: "OpTimer | None" = None, inlined: set[fx.Node] = frozenset(),
-                   inlining: Inlining | None = None) -> KernelEstimate:
+                   inlining: Inlining | None = None, body: list[fx.Node] = (),
+                   position: dict[fx.Node, int] | None = None) -> KernelEstimate:
     """One kernel's estimate; ``inlined``: constants it computes itself (``inlined_constants``);
-    ``inlining``: the graph's store-or-inline memo (``written``)."""
+    ``inlining``: the graph's store-or-inline memo (``written``); ``body``: the values it
+    computes inline for its members (``kernel_bodies``), whose work and reads it pays for
+    (``position``: each node's index in the graph)."""
     kind = _kind(group)
-    flops = sum(node_flops(n) for n in group)
-    read, nwritten, footprint = _group_traffic(group, inlined, inlining)
+    flops = sum(node_flops(n) for n in group) + sum(node_flops(n) for n in body)
+    read, nwritten, footprint = _group_traffic(group, inlined, inlining, body, position)
     if timer is not None and timer.covers(kind, group):
         measured = timer.time_kernel(group)
         if measured is not None:
-            return KernelEstimate([n.name for n in group], kind, flops, read, nwritten, measured, "measured")
+            return KernelEstimate([n.name for n in group], kind, flops, read, nwritten, measured, "measured",
+                                  [n.name for n in body])
     seconds, bound = roofline(flops, read + nwritten, profile, _dtype(group[-1]), kind == "compute", tf32,
                               footprint)
     return KernelEstimate([n.name for n in group], kind, flops, read, nwritten, seconds + profile.launch_overhead,
-                          bound)
+                          bound, [n.name for n in body])
 
 
 def estimate_graph(gm: fx.GraphModule, profile: DeviceProfile | str | None = None, *, tf32: bool | None = None,
                    timer: "OpTimer | None" = None) -> GraphEstimate:
     """Estimated run time of ``gm`` compiled by Inductor: the sum over its kernels
-    (``kernel_groups``) of roofline time plus a launch overhead. ``tf32``: fp32 matmuls on
-    tensor cores (default: ``torch.get_float32_matmul_precision() != "highest"``).
+    (``kernel_groups`` with the timeline's store-or-inline rule: a value computed in each
+    reader is paid for in each) of roofline time plus a launch overhead. ``tf32``: fp32
+    matmuls on tensor cores (default: ``torch.get_float32_matmul_precision() != "highest"``).
     ``timer``: measure kernels instead (``OpTimer``)."""
     profile = profile_for(profile)
     inlined, inlining = inlined_constants(gm), Inlining()
-    kernels = [estimate_group(g, profile, tf32, timer, inlined, inlining) for g in kernel_groups(gm, inlined)]
+    position = {n: i for i, n in enumerate(gm.graph.nodes)}
+    kernels = [estimate_group(g, profile, tf32, timer, inlined, inlining, kernel_bodies(g, inlining, inlined, position),
+                              position) for g in kernel_groups(gm, inlined, inlining)]
     if timer is not None:
         timer.save()
     return GraphEstimate(sum(k.seconds for k in kernels), kernels, profile.name)
@@ -490,6 +578,6 @@ __all__ = [
     "DeviceProfile", "H100_SXM", "H100_PCIE", "H200", "A100_80GB", "A100_80GB_PCIE", "DEFAULT_CPU", "GPU_PROFILES",
     "CALIBRATION_VERSION", "TRANSCENDENTAL_FLOPS", "cache_dir", "calibrate_cpu", "cpu_profile", "gpu_profile",
     "profile_for", "dtype_class", "node_flops", "node_bytes_moved", "node_time", "roofline", "kernel_groups",
-    "inlined_constants", "KernelEstimate", "GraphEstimate", "StepEstimate", "estimate_group", "estimate_graph",
+    "inlined_constants", "computed_in_readers", "kernel_bodies", "KernelEstimate", "GraphEstimate", "StepEstimate", "estimate_group", "estimate_graph",
     "node_costs", "estimate_step", "OpTimer",
 ]

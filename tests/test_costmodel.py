@@ -147,6 +147,35 @@ def test_kernels_do_not_fuse_across_a_matmul():
     assert est.per_group[1].kind == "compute"
 
 
+def test_a_value_inlined_into_two_kernels_is_computed_in_both():
+    # ``cdf`` (one cheap op on one input) is read by the product a matmul reads and, after a
+    # second matmul, by the gradient-like product: Inductor writes ``a`` and ``b`` in two
+    # kernels and computes ``cdf`` inside each (the timeline's store-or-inline rule). Priced
+    # as one kernel of its own that writes it, a plan whose recomputed GELU shares its
+    # ``erf`` with the GELU's backward looked cheaper than one computing it twice, where
+    # both compile to the same two kernels (issue #21's 4-layer transformer).
+    def f(x, w, dy, w2):
+        cdf = x * 0.5 + 1.0
+        a = x * cdf
+        g = dy @ w2
+        return a @ w, g * cdf
+
+    n = 64
+    gm = _trace(f, *(torch.randn(n, n) for _ in range(4)))
+    est = costmodel.estimate_graph(gm, PROFILE)
+    fused = [k for k in est.per_group if k.kind == "fused"]
+    cdf = [node.name for node in gm.graph.nodes if node.target in (aten.mul.Tensor, aten.add.Tensor)][:2]
+    assert len(fused) == 2 and all(k.computed_inline == cdf for k in fused)
+    assert all(name not in k.nodes for k in est.per_group for name in cdf)
+    # each kernel computes cdf (two ops) beside its own product, reads x, and writes its product
+    assert [k.flops for k in fused] == [3 * n * n, 3 * n * n]
+    assert all(k.bytes_written == n * n * 4 for k in fused)
+    assert fused[0].bytes_read == n * n * 4 and fused[1].bytes_read == 2 * n * n * 4
+    # without the store-or-inline memo, cdf joins the first product's kernel, which writes it once
+    first = costmodel.kernel_groups(gm)[0]
+    assert [node.name for node in first] == cdf + [fused[0].nodes[0]]
+
+
 def test_constants_are_computed_inside_their_readers():
     def f(x):
         i = torch.arange(16)
@@ -203,7 +232,14 @@ def test_every_kernel_node_is_in_exactly_one_kernel_on_a_partitioned_step():
         assert len(grouped) == len(set(grouped))
         inlined = {n.name for n in costmodel.inlined_constants(gm)}
         kernels = {n.name for n in gm.graph.nodes if costmodel._is_kernel(n)}
-        assert set(grouped) == kernels - inlined
+        # A value Inductor computes in each reader is in no kernel, and in the body of each
+        # kernel that reads it.
+        inlining = costmodel.Inlining()
+        in_readers = {n.name for n in gm.graph.nodes if costmodel._is_kernel(n)
+                      and costmodel.computed_in_readers(n, inlining)} - inlined
+        assert set(grouped) == kernels - inlined - in_readers
+        computed_inline = {name for k in est.per_group for name in k.computed_inline}
+        assert computed_inline == in_readers
         assert sum(k.kind == "compute" for k in est.per_group) == sum(
             costmodel.oplib.is_compute_intensive(n) for n in gm.graph.nodes)
         assert est.total_s == pytest.approx(sum(k.seconds for k in est.per_group))
