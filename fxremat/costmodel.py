@@ -49,7 +49,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import warnings
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -261,24 +261,46 @@ def computed_in_readers(node: fx.Node, inlining: Inlining) -> bool:
             and all(r.op == "call_function" and _fuses(r) for r in inlining.readers(node)))
 
 
-def _body(node: fx.Node, away: "Callable[[fx.Node], bool]", inlined: set[fx.Node]) -> tuple[set[fx.Node], set[fx.Node]]:
-    """(the written values ``node``'s code loads, the values it computes inline): through
-    its inputs computed in their readers (``away``), recursively."""
-    loads: set[fx.Node] = set()
-    computed: set[fx.Node] = set()
-    stack, seen = [node], set()
-    while stack:
-        for a in stack.pop().all_input_nodes:
-            producer = _producer(a)
-            if producer in seen or producer in inlined:
-                continue
-            seen.add(producer)
-            if _is_kernel(producer) and away(producer):
-                computed.add(producer)
-                stack.append(producer)
-            else:
-                loads.add(producer)
-    return loads, computed
+class _Bodies:
+    """For one graph: which values Inductor computes in their readers (``computed_in_readers``,
+    none without ``inlining``) and, per node, what its code loads and computes inline; each
+    answer found once, for ``kernel_groups`` and ``kernel_bodies`` alike."""
+
+    def __init__(self, inlining: Inlining | None, inlined: set[fx.Node]):
+        self.inlining, self.inlined = inlining, inlined
+        self._away: dict[fx.Node, bool] = {}
+        self._of: dict[fx.Node, tuple[set[fx.Node], set[fx.Node]]] = {}
+
+    def away(self, node: fx.Node) -> bool:
+        if self.inlining is None:
+            return False
+        found = self._away.get(node)
+        if found is None:
+            found = self._away[node] = node not in self.inlined and computed_in_readers(node, self.inlining)
+        return found
+
+    def of(self, node: fx.Node) -> tuple[set[fx.Node], set[fx.Node]]:
+        """(the written values ``node``'s code loads, the values it computes inline): through
+        its inputs computed in their readers, recursively."""
+        found = self._of.get(node)
+        if found is not None:
+            return found
+        loads: set[fx.Node] = set()
+        computed: set[fx.Node] = set()
+        stack, seen = [node], set()
+        while stack:
+            for a in stack.pop().all_input_nodes:
+                producer = _producer(a)
+                if producer in seen or producer in self.inlined:
+                    continue
+                seen.add(producer)
+                if _is_kernel(producer) and self.away(producer):
+                    computed.add(producer)
+                    stack.append(producer)
+                else:
+                    loads.add(producer)
+        found = self._of[node] = (loads, computed)
+        return found
 
 
 def kernel_groups(gm: fx.GraphModule, inlined: set[fx.Node] | None = None,
@@ -298,8 +320,11 @@ def kernel_groups(gm: fx.GraphModule, inlined: set[fx.Node] | None = None,
     the GELU a matmul reads and by the GELU's backward, made one kernel of the two, where
     Inductor writes two and computes the ``erf`` in both (issue #21's 4-layer transformer)."""
     inlined = inlined_constants(gm) if inlined is None else inlined
-    away = _away(inlining, inlined)
-    nodes = [n for n in gm.graph.nodes if _is_kernel(n) and n not in inlined and not away(n)]
+    return _kernel_groups(gm, inlined, _Bodies(inlining, inlined))
+
+
+def _kernel_groups(gm: fx.GraphModule, inlined: set[fx.Node], bodies: _Bodies) -> list[list[fx.Node]]:
+    nodes = [n for n in gm.graph.nodes if _is_kernel(n) and n not in inlined and not bodies.away(n)]
     depth = _extern_depth([n for n in gm.graph.nodes if n.op == "call_function"])
     parent = {n: n for n in nodes}
 
@@ -313,8 +338,8 @@ def kernel_groups(gm: fx.GraphModule, inlined: set[fx.Node] | None = None,
     for node in nodes:
         if not _fuses(node):
             continue
-        loads = ({_producer(a) for a in node.all_input_nodes} if inlining is None
-                 else _body(node, away, inlined)[0])
+        loads = ({_producer(a) for a in node.all_input_nodes} if bodies.inlining is None
+                 else bodies.of(node)[0])
         for producer in sorted(loads, key=lambda p: position.get(p, -1)):
             if producer in parent and _fuses(producer) and depth[producer] == depth[node]:
                 ra, rb = find(node), find(producer)
@@ -329,31 +354,20 @@ def kernel_groups(gm: fx.GraphModule, inlined: set[fx.Node] | None = None,
     return sorted(groups.values(), key=lambda g: position[g[0]])
 
 
-def _away(inlining: Inlining | None, inlined: set[fx.Node]) -> "Callable[[fx.Node], bool]":
-    """``computed_in_readers`` with ``inlining``, memoized; without it, nothing is."""
-    if inlining is None:
-        return lambda node: False
-    answers: dict[fx.Node, bool] = {}
-
-    def away(node: fx.Node) -> bool:
-        found = answers.get(node)
-        if found is None:
-            found = answers[node] = node not in inlined and computed_in_readers(node, inlining)
-        return found
-    return away
-
-
 def kernel_bodies(group: list[fx.Node], inlining: Inlining, inlined: set[fx.Node],
                   position: dict[fx.Node, int] | None = None) -> list[fx.Node]:
     """The values ``group``'s kernel computes without writing them (``computed_in_readers``),
     for its members, in graph order: once in this kernel, however many of its members read
     them, and again in every other kernel that reads them. ``position``: each node's index
     in the graph, if the caller has it."""
-    away = _away(inlining, inlined)
+    return _kernel_bodies(group, _Bodies(inlining, inlined), position)
+
+
+def _kernel_bodies(group: list[fx.Node], bodies: _Bodies, position: dict[fx.Node, int] | None) -> list[fx.Node]:
     computed: set[fx.Node] = set()
     for node in group:
         if _fuses(node):
-            computed |= _body(node, away, inlined)[1]
+            computed |= bodies.of(node)[1]
     if not computed:
         return []
     position = position or {n: i for i, n in enumerate(group[0].graph.nodes)}
@@ -543,8 +557,9 @@ def estimate_graph(gm: fx.GraphModule, profile: DeviceProfile | str | None = Non
     profile = profile_for(profile)
     inlined, inlining = inlined_constants(gm), Inlining()
     position = {n: i for i, n in enumerate(gm.graph.nodes)}
-    kernels = [estimate_group(g, profile, tf32, timer, inlined, inlining, kernel_bodies(g, inlining, inlined, position),
-                              position) for g in kernel_groups(gm, inlined, inlining)]
+    bodies = _Bodies(inlining, inlined)  # one graph's answers, for its kernels and their bodies
+    kernels = [estimate_group(g, profile, tf32, timer, inlined, inlining, _kernel_bodies(g, bodies, position), position)
+               for g in _kernel_groups(gm, inlined, bodies)]
     if timer is not None:
         timer.save()
     return GraphEstimate(sum(k.seconds for k in kernels), kernels, profile.name)
