@@ -256,6 +256,11 @@ def _attention_call_ids() -> frozenset:
         "_flash_attention_forward", "_flash_attention_backward",
         "_efficient_attention_forward", "_efficient_attention_backward",
     ]
+    return _overload_ids(names)
+
+
+def _overload_ids(names: list[str]) -> frozenset:
+    """The ``id`` of every overload of the aten ops ``names`` this torch has."""
     found = set()
     for name in names:
         packet = getattr(aten, name, None)
@@ -312,8 +317,7 @@ def copied_expanded_inputs(node: fx.Node) -> list[fx.Node]:
 
 @functools.cache
 def _efficient_backward_ids() -> frozenset:
-    packet = getattr(aten, "_scaled_dot_product_efficient_attention_backward", None)
-    return frozenset(id(getattr(packet, o)) for o in packet.overloads()) if packet is not None else frozenset()
+    return _overload_ids(["_scaled_dot_product_efficient_attention_backward"])
 
 
 def is_index_put(node: fx.Node) -> bool:

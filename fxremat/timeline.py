@@ -1437,7 +1437,10 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
         s for a in fwd_out_args[:num_user_outputs] if isinstance(a, NODES)
         for s in [fwd_storage.get(a.name)] if s
     }
-    keep = bwd_outputs | user_outputs if hold_outputs else bwd_outputs
+    # what the caller holds through the backward: every output, or (``hold_outputs=False``)
+    # the loss ``loss.backward()`` holds (``sizes.held_outputs``)
+    keep = bwd_outputs | {s for a in held_outputs(fwd_out_args[:num_user_outputs], hold_outputs)
+                          if isinstance(a, NODES) for s in [fwd_storage.get(a.name)] if s}
     # The incoming gradients live until the backward returns where autograd's engine hands
     # them to the compiled backward in a tuple it holds through the call (torch 2.11). Where
     # it hands them in a list the backward empties (2.13), each is freed at its last use
@@ -1450,10 +1453,8 @@ def predict(fwd: fx.GraphModule, bwd: fx.GraphModule, num_user_outputs: int,
         # Alive until the forward returns them; the caller drops them after its loss (HF
         # GPT-2 with the loss after a graph break: the logits, 1 MiB, were counted through
         # the whole backward beside their own gradient, 10% over the measured peak), but for
-        # the loss itself, which ``loss.backward()`` holds (``sizes.held_outputs``).
+        # the loss itself (kept above).
         fwd_steps.append(Step("return", reads=sorted(user_outputs), phase="forward"))
-        keep |= {fwd_storage[a.name] for a in held_outputs(fwd_out_args[:num_user_outputs], False)
-                 if fwd_storage.get(a.name)}
     need, kept = later_graphs
     if need or kept:
         # Their peak with what they keep counted once: the kept part is a storage of its own.
