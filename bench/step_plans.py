@@ -146,7 +146,8 @@ def _run(args, budget, torch, fxremat, frontier_models, fx_options) -> dict:
                              "predicted_peak_bytes": plan.predicted_peak_bytes,
                              "saved_activation_bytes": plan.saved_activation_bytes,
                              "floor_bytes": notes.get("floor_bytes"), "step": notes.get("step"),
-                             "why": notes.get("why"), "stages": notes.get("stages")})
+                             "why": notes.get("why"), "stages": notes.get("stages"),
+                             "stages_merged": notes.get("stages_merged")})
         print(json.dumps(run["plans"][-1]), flush=True)
     return run
 

@@ -52,6 +52,9 @@ class Linearization:
     free: set[fx.Node]  # computable from inputs alone, cheaply: recomputed wherever needed
     pinned: list[fx.Node]  # kept for the whole step
     stage_of: dict[fx.Node, int]
+    # Why stages were merged after the cuts were chosen (``_first_violation``), one line a
+    # merge: a chain of few stages cannot go low, and this says which value made it so.
+    merged: list[str] = dataclasses.field(default_factory=list)
 
 
 def _is_pinned_rng(node: fx.Node) -> bool:
@@ -175,12 +178,15 @@ def linearize(joint: fx.GraphModule, forward: set[fx.Node], required: set[fx.Nod
     narrow = _narrow_cuts(candidates, carried, [_boundary_depth(order[k], order[k + 1]) for k in candidates]
                           ) if weigh_memory else []
     cuts = _choose_cuts(candidates, narrow, weight, max_stages)
+    merged: list[str] = []
     while True:
         lin = _stages(order, cuts, last_fwd_use, backward, saved, free, forward, pinned)
-        merge = _first_violation(lin)
-        if merge is None:
+        violation = _first_violation(lin)
+        if violation is None:
+            lin.merged = merged
             return lin
-        lo, hi = merge  # stages lo..hi become one: drop the cuts between them
+        lo, hi = violation[:2]  # stages lo..hi become one: drop the cuts between them
+        merged.append(merge_said(lin, *violation))
         cuts = [c for i, c in enumerate(cuts, start=1) if not lo <= i < hi]
 
 
@@ -407,9 +413,20 @@ def _stages(order, cuts, last_fwd_use, backward, saved, free, forward, pinned) -
     return Linearization(stages, free, pinned, {**stage_of, **bwd_stage})
 
 
-def _first_violation(lin: Linearization) -> tuple[int, int] | None:
+def merge_said(lin: Linearization, lo: int, hi: int, reader: fx.Node, value: fx.Node) -> str:
+    """One line on a merge ``_first_violation`` asked for: which backward op read which
+    forward value, and their stages."""
+    def named(n: fx.Node) -> str:
+        return f"{n.name} ({oplib.op_name(n.target) if n.op == 'call_function' else n.op})"
+
+    return (f"stages {lo}-{hi} of {len(lin.stages)} merged: backward op {named(reader)} of stage "
+            f"{lin.stage_of.get(reader)} reads {named(value)} of stage {lin.stage_of.get(value)}")
+
+
+def _first_violation(lin: Linearization) -> tuple[int, int, fx.Node, fx.Node] | None:
     """Stages to merge so that every B^s reads only its own stage's forward values,
-    ``a^(s-1)``, free or pinned values and backward values; None when all do."""
+    ``a^(s-1)``, free or pinned values and backward values, with the backward op and the
+    value it reads that ask for it; None when all do."""
     pinned = set(lin.pinned)
     for st in lin.stages:
         own = set(st.forward) | set(lin.stages[st.index - 2].boundary if st.index > 1 else ())
@@ -420,7 +437,7 @@ def _first_violation(lin: Linearization) -> tuple[int, int] | None:
                     continue
                 if any(a in other.backward for other in lin.stages if other.index != st.index):
                     continue  # a gradient from an earlier B
-                return min(home, st.index), max(home, st.index)
+                return min(home, st.index), max(home, st.index), b, a
     return None
 
 

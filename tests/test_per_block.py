@@ -236,6 +236,7 @@ def test_no_stage_is_made_of_views_alone():
 
 
 def _hf_gpt2(layers=3, seq=64):
+    pytest.importorskip("transformers")
     torch.manual_seed(0)
     built = bench_module("frontier_models").build("gpt2", "tiny", {"layers": layers, "seq": seq})
     return built.model.double().train(), built.batch

@@ -98,3 +98,31 @@ def test_same_plan_in_fresh_processes_with_different_hash_seeds(tmp_path):
     if any(p["stopped_early"] for p in first + second):
         pytest.skip("Checkmate's ILP stopped early (its node limit, or the safety time limit on a very loaded machine)")
     assert first == second
+
+
+def test_a_merge_names_the_backward_op_and_the_value_it_reads():
+    """A ``B^s`` that reads a forward value of another stage (not ``a^(s-1)``, not free or
+    pinned) merges the stages between; the chain says which op read which value, so a
+    short chain found on a machine we cannot reach names its cause in the plan's notes."""
+    import torch.fx as fx
+
+    from fxremat import chain
+
+    graph = fx.Graph()
+    x = graph.placeholder("x")
+    a = graph.call_function(torch.ops.aten.relu.default, (x,))
+    b = graph.call_function(torch.ops.aten.relu.default, (a,))
+    c = graph.call_function(torch.ops.aten.relu.default, (b,))
+    grad_b = graph.call_function(torch.ops.aten.mul.Tensor, (c, b))  # B^3 reads a^2: allowed
+    grad_a = graph.call_function(torch.ops.aten.mul.Tensor, (grad_b, a))  # B^3 reads stage 1's a
+    graph.output((c, grad_a))
+    stages = [chain.Stage(1, [a], [], [a], []), chain.Stage(2, [b], [], [b], []),
+              chain.Stage(3, [c], [grad_b, grad_a], [], [])]
+    lin = chain.Linearization(stages, {x}, [], {a: 1, b: 2, c: 3, grad_b: 3, grad_a: 3})
+    violation = chain._first_violation(lin)
+    assert violation == (1, 3, grad_a, a)
+    said = chain.merge_said(lin, *violation)
+    assert said == (f"stages 1-3 of 3 merged: backward op {grad_a.name} (aten.mul.Tensor) of stage 3 reads "
+                    f"{a.name} (aten.relu.default) of stage 1")
+    stages[2].backward.remove(grad_a)  # what is left reads only a^2 and its own stage
+    assert chain._first_violation(lin) is None

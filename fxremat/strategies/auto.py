@@ -50,8 +50,9 @@ def _least_said(error: BudgetError) -> str:
     if error.least_bytes is None or least is None:
         return ""
     stages = least.plan.notes.get("stages")
+    merged = least.plan.notes.get("stages_merged")
     return f" (its least-memory plan predicts {format_bytes(error.least_bytes)}" + (
-        f" over {stages} stages)" if stages is not None else ")")
+        f" over {stages} stages" + (f"; {merged[0]}" if merged else "") + ")" if stages is not None else ")")
 
 
 def _with_checkmate(traffic: staged.SavedSet, rotor_result: Candidate, budget: int) -> tuple[Candidate, str]:

@@ -316,6 +316,9 @@ def _opening_stages(sequence: list[rotor_dp.Op]) -> tuple[int, ...]:
     return tuple(stages)
 
 
+MERGES_SAID = 4  # stage merges a plan's notes name
+
+
 def plan_around(saved_set: SavedSet, budget: int, solver, max_stages: int | None = None,
                 beat: float | None = None) -> Candidate | None:
     """The fastest plan of a staged ``solver`` over the linearization around ``saved_set``
@@ -337,6 +340,9 @@ def plan_around(saved_set: SavedSet, budget: int, solver, max_stages: int | None
     syms = [n for n in saved_set.saved if _compat.is_sym_node(n)]
     notes: dict[str, Any] = {"stages": len(lin.stages), "pinned_bytes": storage_bytes(lin.pinned, ctx.input_names),
                              "cost_model": ctx.options.cost_model}
+    if lin.merged:  # what kept the chain short (the first few merges: each names its value)
+        notes["stages_merged"] = lin.merged[:MERGES_SAID] + (
+            [f"and {len(lin.merged) - MERGES_SAID} more merges"] if len(lin.merged) > MERGES_SAID else [])
     shared = ctx.memo.setdefault(("staged probes", solver.name, max_stages or solver.max_stages,
                                   tuple(n.name for n in saved_set.saved), len(lin.stages)), {})
     openings = ctx.memo.setdefault(("staged openings", solver.name, max_stages or solver.max_stages,
