@@ -67,6 +67,25 @@ def inductor_relayouts_convolutions(gm: fx.GraphModule) -> bool:
         return False
 
 
+@functools.cache
+def inductor_orders_convolution_backward_operands() -> bool:
+    """Does Inductor hand a convolution backward its operands in the order the call computes
+    in (torch 2.13: a lowering of its own, ``kernel/conv.py``'s
+    ``convolution_backward_lowering``, asks for the gradient's stride order, channels-last
+    after a channels-last input, and writes a copy where a value is laid out otherwise),
+    rather than in the strides the traced graph gives them (torch 2.11: a fallback under
+    ``constrain_to_fx_strides``), where ATen's convolution backward copies an operand laid
+    out otherwise itself, while it runs, beside the buffer Inductor wrote (a group norm's
+    input gradient, traced contiguous, before a channels-last convolution: one activation
+    more at the call, 17% over the prediction of a two-layer CNN)?"""
+    try:
+        from torch._inductor import lowering
+    except Exception:  # noqa: BLE001 - no Inductor: nothing is laid out by it
+        return False
+    constraint = lowering.maybe_layout_constraints(torch.ops.aten.convolution_backward.default)
+    return constraint is not getattr(lowering, "constrain_to_fx_strides", None)
+
+
 def inductor_calls_aten(target) -> bool:
     """Does Inductor run this op as a call of its ATen kernel (a fallback: ``cumsum`` on CPU, a
     flash attention) rather than generate code for it (``lowering.lowerings`` without being

@@ -70,18 +70,18 @@ def _collect(a: Any, found: dict, kinds: Any = Node) -> None:
         _collect((a.start, a.stop, a.step), found, kinds)
 
 
-def _map(a: Any, fn: Callable[[fx.Node], Node]) -> Any:
+def map_arg(a: Any, fn: Callable[[fx.Node], Node]) -> Any:
     """``fx.node.map_arg`` for the argument trees aten ops take."""
     if isinstance(a, NODES):
         return fn(a)
     if isinstance(a, tuple):
-        return tuple(_map(x, fn) for x in a)
+        return tuple(map_arg(x, fn) for x in a)
     if isinstance(a, list):
-        return [_map(x, fn) for x in a]
+        return [map_arg(x, fn) for x in a]
     if isinstance(a, dict):
-        return {k: _map(v, fn) for k, v in a.items()}
+        return {k: map_arg(v, fn) for k, v in a.items()}
     if isinstance(a, slice):
-        return slice(_map(a.start, fn), _map(a.stop, fn), _map(a.step, fn))
+        return slice(map_arg(a.start, fn), map_arg(a.stop, fn), map_arg(a.step, fn))
     return a
 
 
@@ -116,7 +116,7 @@ class Facts:
     def copy_args(self, node: fx.Node, fn: Callable[[fx.Node], Node]) -> tuple[tuple, dict]:
         """``node``'s arguments and keyword arguments with each node ``a`` replaced by ``fn(a)``."""
         if isinstance(node, Node):
-            return _map(node.args, fn), _map(node.kwargs, fn)
+            return map_arg(node.args, fn), map_arg(node.kwargs, fn)
         slots = self._slots.get(node)
         if slots is None:
             kinds = [1 if isinstance(a, NODES) else 2 if _holds_node(a) else 0 for a in node.args]
@@ -132,9 +132,9 @@ class Facts:
             for i in nodes:
                 mapped[i] = fn(mapped[i])
             for i in trees:
-                mapped[i] = _map(mapped[i], fn)
+                mapped[i] = map_arg(mapped[i], fn)
             args = tuple(mapped)
-        return args, (_map(node.kwargs, fn) if kwargs_hold else node.kwargs)
+        return args, (map_arg(node.kwargs, fn) if kwargs_hold else node.kwargs)
 
 
 def _holds_node(a: Any) -> bool:

@@ -18,7 +18,7 @@ import torch.fx as fx
 
 from . import _compat, oplib
 from .aliasing import is_alias, readers, storage_node
-from .lite import NODES
+from .lite import NODES, map_arg
 from .memo import per_meta
 from .passes.memory import Step, Timeline, simulate
 from .workspace import channels_last_scratch_bytes, library_call
@@ -613,10 +613,20 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             relayouts = layout_optimized(gm)
         return relayouts
 
+    # (a backward's inputs arrive channels-last where the forward laid them out so, or as
+    # its channels-last copies of a weight, ``relaid``)
+    traced = _TracedStrides(lambda n: n.name in channels_last_inputs
+                            or str(rename.get(n.name, "")).endswith(":relaid"))
+
+    def operands_relaid() -> bool:
+        # Its convolution backwards' operands laid out by the layout optimization (torch 2.13),
+        # not handed over in their traced strides (2.11: ``_copied_by_aten_convolution_backward``)
+        return graph_relayouts() and _compat.inductor_orders_convolution_backward_operands()
+
     def layouts(n: fx.Node) -> str | None:
         if n not in layout_memo:
             layout_memo[n] = _inductor_layout(n, inlining, prefers_channels_last, channels_last_inputs,
-                                              graph_relayouts, channels_last_memo)
+                                              operands_relaid, channels_last_memo)
         return layout_memo[n]
     # A value Inductor writes only at a later library call (``Inlining.written_at_call``): its
     # storage -> (that call, what the readers before it load instead)
@@ -728,7 +738,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             if fusion and channels_last:
                 # (whether or not the layout optimization claims it: it lays out channels-last only
                 # a value written where it is computed, ``maybe_apply_channels_last_stride_order``)
-                for view, conv in _reshaped_for_convolution_backward(node, graph_relayouts):
+                for view, conv in _reshaped_for_convolution_backward(node, operands_relaid):
                     copy = f"{phase}:{view.name}:channels_last"
                     allocates[copy] = node_bytes(view)
                     conv_copies.setdefault(conv, []).append(copy)
@@ -742,9 +752,8 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             _read_from_concatenation(node, storage[node], needs, inlining, folded)
         concat_copies = 0
         if fusion and channels_last and phase == "backward" and node.target is _CAT:
-            if relayouts is None:  # asked once a graph, and only here
-                relayouts = layout_optimized(gm)
-            concat_copies = _concatenation_copies(node, prefers_channels_last, channels_last_inputs, relayouts)
+            concat_copies = _concatenation_copies(node, prefers_channels_last, channels_last_inputs,
+                                                  operands_relaid())
         if concat_copies:
             # In a backward (where it is recomputed; a forward's is written once, measured),
             # Inductor writes such a concatenation more than once in one kernel (see
@@ -786,14 +795,18 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             # the class token and permuted to channels (a clone the size of the view).
             activations = node.args[:2] if node.target is _CONV_BACKWARD else node.args[:1]
             copies_bytes = sum(node_bytes(a) for a in activations
-                               if _channel_slice(a) or a in relaid_cats or _view_with_gaps(a))
+                               if _channel_slice(a) or a in relaid_cats or _view_with_gaps(a)
+                               or a in _copied_by_aten_convolution_backward(node, traced))
             # oneDNN's own scratchpad comes on top of the weight copies (12–22 KB in a U-Net's
             # convolution backwards, its measured peak): measured as Inductor calls it.
             scratch = max(copies * node_bytes(weight), channels_last_scratch_bytes(node)) if not symbolic else (
-                copies * node_bytes(weight))
+                _compat.symbolic_max(copies * node_bytes(weight),
+                                     _scaled_scratch(node, channels_last_scratch_bytes(node))))
             allocates[f"{phase}:{node.name}:workspace"] = scratch + copies_bytes
         elif workspace is not None:  # op by op; through Inductor, CUDA's library calls (cuDNN's convolutions)
             scratch = workspace(node)
+            if scratch and symbolic:
+                scratch = _scaled_scratch(node, scratch)
             if scratch:
                 allocates[f"{phase}:{node.name}:workspace"] = scratch
         if fusion and oplib.copies_unwritten_inputs(node):
@@ -947,6 +960,92 @@ def _copied_for_convolution_backward(node: fx.Node) -> list[fx.Node]:
             or _channels_last_ordered(val)):
         return []
     return [u for u in node.users if u.target is _CONV_BACKWARD and node in u.args[:2]][:1]
+
+
+def _scaled_scratch(node: fx.Node, traced_bytes: int):
+    """A library call's scratch, measured at the traced sizes, as an expression in the size
+    symbols: at least what was measured, and growing with the largest tensor the call reads
+    or makes (a double convolution's unfolded input, ``slow_conv2d``'s ``finput``, is its
+    output's positions times its kernel's: a CNN traced at 16x16 and run at 24x24 measured
+    1.60 MB where its scratch kept at the traced size predicted 1.15 MB)."""
+    if not traced_bytes:
+        return 0
+    tensors = [n for n in [node, *node.all_input_nodes] if flat_tensors(n.meta.get("val"))]
+    hints = [sum(_hint(t.numel()) * t.element_size() for t in flat_tensors(n.meta.get("val"))) for n in tensors]
+    if not tensors or max(hints) == 0:
+        return traced_bytes
+    largest = tensors[hints.index(max(hints))]
+    return _compat.symbolic_max(traced_bytes, traced_bytes * node_bytes_expr(largest) / max(hints))
+
+
+def _copied_by_aten_convolution_backward(node: fx.Node, traced: Callable[[fx.Node], Any]) -> list[fx.Node]:
+    """The operands a convolution backward copies itself while it runs, where Inductor hands
+    them over in their traced strides (``_compat.inductor_orders_convolution_backward_operands``
+    false: torch 2.11): oneDNN computes channels-last where the input or the weight is laid out
+    so (``mkldnn_conv_use_channels_last``) and makes the gradient, and the input when it computes
+    the weight's gradient, dense in that order, copying one traced otherwise (a group norm's
+    input gradient, reshaped from its groups: contiguous). Where Inductor orders the operands
+    itself (torch 2.13) it writes such a copy in a kernel of its own, which the timeline counts
+    as that value's layout (``_inductor_layout``). ``traced(n)``: ``n``'s value with the strides
+    Inductor's graph gives it (``_TracedStrides``)."""
+    if node.target is not _CONV_BACKWARD or _compat.inductor_orders_convolution_backward_operands():
+        return []
+    grad, inp, weight = node.args[:3]
+    if not (_channels_last_ordered(traced(inp)) or _channels_last_ordered(traced(weight))):
+        return []
+    mask = node.args[-1] if isinstance(node.args[-1], (list, tuple)) else (True, True, True)
+    operands = [grad] + ([inp] if len(mask) > 1 and mask[1] else [])
+    return [a for a in operands if isinstance(a, NODES) and isinstance(traced(a), torch.Tensor)
+            and traced(a).dim() == 4 and not _channels_last_ordered(traced(a))]
+
+
+class _TracedStrides:
+    """Each value as Inductor's graph has it: Inductor propagates fake tensors through a graph
+    again from its inputs as they arrive (``compile_fx``'s ``fake_tensor_prop``), so a
+    backward's values computed from saved activations laid out channels-last in the forward
+    have the strides those give them, where the planner's graph was traced contiguous. Asked
+    only where the strides decide what is copied (``_copied_by_aten_convolution_backward``);
+    each value found once, and run again (on fake tensors) only where an input's strides
+    differ from the planner's. ``arrives_channels_last(placeholder)``: the input arrives so."""
+
+    def __init__(self, arrives_channels_last: Callable[[fx.Node], bool]):
+        self._arrives = arrives_channels_last
+        self._values: dict[fx.Node, Any] = {}
+
+    def __call__(self, node: fx.Node) -> Any:
+        stack = [node]
+        while stack:  # post-order without recursion: a backward's chains are long
+            n = stack[-1]
+            if n in self._values:
+                stack.pop()
+                continue
+            todo = [a for a in n.all_input_nodes if a not in self._values]
+            if todo and n.op == "call_function":
+                stack.extend(todo)
+                continue
+            stack.pop()
+            self._values[n] = self._value(n)
+        return self._values[node]
+
+    def _value(self, n: fx.Node) -> Any:
+        val = n.meta.get("val")
+        if n.op == "placeholder":
+            if (isinstance(val, torch.Tensor) and val.dim() == 4 and not _channels_last_ordered(val)
+                    and self._arrives(n) and getattr(val, "fake_mode", None) is not None):
+                with val.fake_mode:
+                    return torch.empty_like(val, memory_format=torch.channels_last)
+            return val
+        if n.op != "call_function" or all(self._values.get(a) is a.meta.get("val") for a in n.all_input_nodes):
+            return val
+        fake_mode = next((v.fake_mode for v in flat_tensors(val) if getattr(v, "fake_mode", None) is not None), None)
+        if fake_mode is None:
+            return val
+        args, kwargs = map_arg((n.args, n.kwargs), self._values.__getitem__)  # (light graphs' nodes too)
+        try:
+            with fake_mode:
+                return n.target(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - an op fake tensors cannot rerun: its traced value
+            return val
 
 
 def layout_optimized(gm: fx.GraphModule) -> bool:
