@@ -309,15 +309,9 @@ def test_a_unets_convolution_backward_scratchpad_is_counted(fresh_inductor):
         measured, plan.predicted_peak_bytes)
 
 
-@pytest.mark.parametrize("budget", [None, 0.0])
-def test_a_group_norms_scale_and_shift_are_written_and_its_output_inlined(monkeypatch, fresh_inductor, budget):
-    """A group norm's decomposition reads its per-sample, per-channel scale and shift through
-    ``as_strided``, whose lowering writes the value it reinterprets: Inductor writes those small
-    values, and the normalized output, loading three buffers, is inlined into its readers. With
-    the scale and shift taken as inlined, the output's body loaded five and was taken as written:
-    the U-Net of ``bench/frontier_models.py`` measured 2 MiB over its prediction where a plan
-    recomputed its group norms and SiLUs in the backward (``timeline._read_as_strided``)."""
-    captured = _Captured(monkeypatch)
+def _group_norm_cnn():
+    """Two convolutions, each with a group norm and a SiLU, under a squared loss (seed 0),
+    as a module returning its loss, and its batch."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.GroupNorm(4, 16), torch.nn.SiLU(),
@@ -331,8 +325,20 @@ def test_a_group_norms_scale_and_shift_are_written_and_its_output_inlined(monkey
         def forward(self, x):
             return self.body(x).square().mean()
 
-    batch = (torch.randn(2, 3, 16, 16),)
-    step = _step(Loss(), batch, {} if budget is None else {"memory_budget": budget})
+    return Loss(), (torch.randn(2, 3, 16, 16),)
+
+
+@pytest.mark.parametrize("budget", [None, 0.0])
+def test_a_group_norms_scale_and_shift_are_written_and_its_output_inlined(monkeypatch, fresh_inductor, budget):
+    """A group norm's decomposition reads its per-sample, per-channel scale and shift through
+    ``as_strided``, whose lowering writes the value it reinterprets: Inductor writes those small
+    values, and the normalized output, loading three buffers, is inlined into its readers. With
+    the scale and shift taken as inlined, the output's body loaded five and was taken as written:
+    the U-Net of ``bench/frontier_models.py`` measured 2 MiB over its prediction where a plan
+    recomputed its group norms and SiLUs in the backward (``timeline._read_as_strided``)."""
+    captured = _Captured(monkeypatch)
+    model, batch = _group_norm_cnn()
+    step = _step(model, batch, {} if budget is None else {"memory_budget": budget})
     step()
     for graph in captured.graphs:
         assert any(n.target is torch.ops.aten.as_strided.default for n in graph["graph"].graph.nodes)
@@ -354,24 +360,10 @@ def test_where_inductor_hands_a_convolution_backward_its_traced_strides_aten_cop
     second's, computed from channels-last saved activations, is channels-last and is not (the
     planner's graph, traced contiguous, would have copied both). Checked here on the
     prediction; the measurement on torch 2.11 (the two group-norm tests above)."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.GroupNorm(4, 16), torch.nn.SiLU(),
-        torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.GroupNorm(4, 16), torch.nn.SiLU())
-
-    class Loss(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.body = model
-
-        def forward(self, x):
-            return self.body(x).square().mean()
-
-    batch = (torch.randn(2, 3, 16, 16),)
     predicted = {}
     for orders in (True, False):
         monkeypatch.setattr(_compat, "inductor_orders_convolution_backward_operands", lambda orders=orders: orders)
-        _step(Loss(), batch, {})()
+        _step(*_group_norm_cnn(), {})()
         (plan,) = fxremat.inspect.plans()
         predicted[orders] = plan.predicted_peak_bytes
     assert predicted[False] - predicted[True] == 2 * 16 * 16 * 16 * 4  # one gradient, float32
