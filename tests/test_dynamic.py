@@ -82,6 +82,22 @@ def test_cnn_with_dynamic_resolution_keeps_a_byte_budget():
     assert [r[0] for r in results] == ["ok", "ok", "ok", "error", "ok", "error", "ok"]
 
 
+def test_a_dynamic_plans_peak_expression_covers_a_larger_size():
+    """A plan traced at 16x16 and run at 24x24 (op by op: each convolution's and max-pool's
+    measured scratch grows 2.25 times there): its peak expression, the guard's left side, at
+    24x24 is at least the step's measured peak. The scratch was kept at its traced size
+    (predicted 1.22 MB, measured 1.30 MB), then scaled with a node's outputs together (a
+    convolution backward's fixed-size weight gradient diluted it)."""
+    torch.manual_seed(0)
+    model = models.make_cnn()[0].double()
+    batches = [(torch.randn(4, 3, s, s, dtype=torch.float64), torch.randint(0, 10, (4,))) for s in (16, 24)]
+    results = _sweep(model, batches, {"memory_budget": 10**8})  # a budget every size meets: one plan
+    assert [r[0] for r in results] == ["ok", "ok"], results
+    (plan,) = fxremat.inspect.plans()
+    (guard,) = plan.notes["valid_while"]
+    assert _at(guard.split("<=")[0], plan, 4, 24) >= results[1][1], (guard, results)
+
+
 def _at(expression: str, plan, b: int, t: int) -> int:
     """``expression`` (in the plan's size symbols) at batch ``b`` and sequence ``t``."""
     values = {}
