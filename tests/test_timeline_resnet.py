@@ -158,7 +158,12 @@ def test_convolution_temporaries_are_weight_sized_plus_the_measured_scratchpad()
     scratch = back.allocates["backward:convolution_backward_default:workspace"]
     assert 2 * W3 <= scratch <= 2 * W3 + 32 * 1024
     back_1x1 = _step(timeline, "convolution_backward_default_1", "backward")
-    assert 2 * W1 <= back_1x1.allocates["backward:convolution_backward_default_1:workspace"] <= 2 * W1 + 32 * 1024
+    # Where Inductor hands a convolution backward its operands in their traced strides (torch
+    # 2.11), the 1x1 one gets its gradient and input contiguous, and oneDNN copies both for
+    # the call (measured in eager on both torches: two 16 KiB allocations inside the call).
+    copied = 0 if _compat.inductor_orders_convolution_backward_operands() else 2 * ACT
+    assert 2 * W1 + copied <= back_1x1.allocates["backward:convolution_backward_default_1:workspace"] <= (
+        2 * W1 + copied + 32 * 1024)
     # while the 3x3 backward runs: its two outputs, its workspace, the saved copies of x and
     # the 3x3 weight, the saved ReLU output, the loss and its gradient (the incoming gradient
     # is an expand of the latter: never written)
