@@ -786,17 +786,16 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             # modelled; the incoming gradient arrives channels-last and is not copied).
             copies = 1
             if node.target is _CONV_BACKWARD:
-                mask = node.args[-1] if isinstance(node.args[-1], (list, tuple)) else (True, True, True)
-                copies += 1 if len(mask) > 1 and mask[1] else 0
+                copies += 1 if _computes_weight_gradient(node) else 0
             # A channel slice (of a concatenation's gradient, say) is not dense in
             # channels-last: the library copies it to a dense buffer first (measured on
             # generated U-Nets: an empty_like the size of the sliced gradient). So is any
             # view whose strides leave gaps: a ViT's patch gradient, its tokens sliced past
             # the class token and permuted to channels (a clone the size of the view).
             activations = node.args[:2] if node.target is _CONV_BACKWARD else node.args[:1]
+            aten_copied = _copied_by_aten_convolution_backward(node, traced)
             copies_bytes = sum(node_bytes(a) for a in activations
-                               if _channel_slice(a) or a in relaid_cats or _view_with_gaps(a)
-                               or a in _copied_by_aten_convolution_backward(node, traced))
+                               if _channel_slice(a) or a in relaid_cats or _view_with_gaps(a) or a in aten_copied)
             # oneDNN's own scratchpad comes on top of the weight copies (12–22 KB in a U-Net's
             # convolution backwards, its measured peak): measured as Inductor calls it.
             scratch = max(copies * node_bytes(weight), channels_last_scratch_bytes(node)) if not symbolic else (
@@ -995,8 +994,7 @@ def _copied_by_aten_convolution_backward(node: fx.Node, traced: Callable[[fx.Nod
     grad, inp, weight = node.args[:3]
     if not (_channels_last_ordered(traced(inp)) or _channels_last_ordered(traced(weight))):
         return []
-    mask = node.args[-1] if isinstance(node.args[-1], (list, tuple)) else (True, True, True)
-    operands = [grad] + ([inp] if len(mask) > 1 and mask[1] else [])
+    operands = [grad] + ([inp] if _computes_weight_gradient(node) else [])
     return [a for a in operands if isinstance(a, NODES) and isinstance(traced(a), torch.Tensor)
             and traced(a).dim() == 4 and not _channels_last_ordered(traced(a))]
 
@@ -1473,12 +1471,24 @@ def conv_copied_inputs(gm: fx.GraphModule, arrive_channels_last: set[str] = froz
     return found
 
 
+def _output_mask(conv_backward: fx.Node) -> tuple[bool, ...]:
+    """Which gradients a convolution backward computes: (input, weight, bias)."""
+    mask = conv_backward.args[-1]
+    return tuple(mask) if isinstance(mask, (list, tuple)) else (True, True, True)
+
+
+def _computes_weight_gradient(conv_backward: fx.Node) -> bool:
+    """Does this convolution backward compute its weight's gradient (reading its input)?"""
+    mask = _output_mask(conv_backward)
+    return len(mask) > 1 and bool(mask[1])
+
+
 def _conv_activations_and_weight(conv: fx.Node) -> list[fx.Node]:
     """What a convolution (or its backward) needs laid out channels-last: its input and
     weight (the backward: its input when it computes the weight's gradient, its weight when
     it computes the input's)."""
     if conv.target is _CONV_BACKWARD:
-        mask = conv.args[-1] if isinstance(conv.args[-1], (list, tuple)) else (True, True, True)
+        mask = _output_mask(conv)
         args = ([conv.args[2]] if mask[0] else []) + ([conv.args[1]] if len(mask) > 1 and mask[1] else [])
     else:
         args = list(conv.args[:2])
