@@ -158,9 +158,10 @@ def main(argv: list[str] | None = None) -> dict:
                         help="default: small on CPU, gpu on CUDA")
     parser.add_argument("--sizes", default="{}", type=json.loads, metavar="JSON", help="the model's size overrides")
     parser.add_argument("--peer", default="ckpt_blocks")
-    parser.add_argument("--budget-bytes", type=int, default=None,
+    budget = parser.add_mutually_exclusive_group()  # bytes or a fraction, not both
+    budget.add_argument("--budget-bytes", type=int, default=None,
                         help="fxremat's budget (default: the peer's measured peak)")
-    parser.add_argument("--budget-fraction", type=float, default=None,
+    budget.add_argument("--budget-fraction", type=float, default=None,
                         help="fxremat's budget as a fraction (the option memory_budget=F) instead of bytes")
     parser.add_argument("--fx-options", default="{}", type=json.loads, metavar="JSON",
                         help="fxremat options over frontier.py's default hold_outputs false (a step drops its loss)")
@@ -177,8 +178,6 @@ def main(argv: list[str] | None = None) -> dict:
                         help="a second fxremat contender planned with these fxremat.costmodel constants")
     parser.add_argument("--out", default=None, help="JSON file for the result")
     args = parser.parse_args(argv)
-    if args.budget_bytes is not None and args.budget_fraction is not None:
-        parser.error("--budget-bytes and --budget-fraction: give one")
     variant = any(v is not None for v in (args.variant_options, args.variant_inductor_config,
                                           args.variant_costmodel))
     if args.variant_costmodel:

@@ -73,8 +73,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--peer", default="ckpt_blocks")
     parser.add_argument("--peer-options", default=None, type=json.loads, metavar="JSON",
                         help="the peer is fxremat at the same budget with these options (over the default ones)")
-    parser.add_argument("--budget-bytes", type=int, default=None, help="fxremat's budget (default: the peer's peak)")
-    parser.add_argument("--budget-fraction", type=float, default=None,
+    budget = parser.add_mutually_exclusive_group()  # bytes or a fraction, not both
+    budget.add_argument("--budget-bytes", type=int, default=None, help="fxremat's budget (default: the peer's peak)")
+    budget.add_argument("--budget-fraction", type=float, default=None,
                         help="fxremat's budget as a fraction (memory_budget=F) instead of bytes")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", default=None)
@@ -82,8 +83,6 @@ def main(argv: list[str] | None = None) -> dict:
     if args.peer_options is not None and args.budget_bytes is None and args.budget_fraction is None:
         parser.error("--peer-options needs --budget-bytes or --budget-fraction (the budget both of fxremat's "
                      "plans are made for)")
-    if args.budget_bytes is not None and args.budget_fraction is not None:
-        parser.error("--budget-bytes and --budget-fraction: give one")
     at = ({"budget": args.budget_fraction} if args.budget_fraction is not None else
           {"budget_bytes": args.budget_bytes} if args.budget_bytes is not None else None)
 
