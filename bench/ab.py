@@ -158,10 +158,10 @@ def main(argv: list[str] | None = None) -> dict:
                         help="default: small on CPU, gpu on CUDA")
     parser.add_argument("--sizes", default="{}", type=json.loads, metavar="JSON", help="the model's size overrides")
     parser.add_argument("--peer", default="ckpt_blocks")
-    budget = parser.add_mutually_exclusive_group()  # bytes or a fraction, not both
-    budget.add_argument("--budget-bytes", type=int, default=None,
+    budget_given = parser.add_mutually_exclusive_group()  # bytes or a fraction, not both
+    budget_given.add_argument("--budget-bytes", type=int, default=None,
                         help="fxremat's budget (default: the peer's measured peak)")
-    budget.add_argument("--budget-fraction", type=float, default=None,
+    budget_given.add_argument("--budget-fraction", type=float, default=None,
                         help="fxremat's budget as a fraction (the option memory_budget=F) instead of bytes")
     parser.add_argument("--fx-options", default="{}", type=json.loads, metavar="JSON",
                         help="fxremat options over frontier.py's default hold_outputs false (a step drops its loss)")

@@ -73,9 +73,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--peer", default="ckpt_blocks")
     parser.add_argument("--peer-options", default=None, type=json.loads, metavar="JSON",
                         help="the peer is fxremat at the same budget with these options (over the default ones)")
-    budget = parser.add_mutually_exclusive_group()  # bytes or a fraction, not both
-    budget.add_argument("--budget-bytes", type=int, default=None, help="fxremat's budget (default: the peer's peak)")
-    budget.add_argument("--budget-fraction", type=float, default=None,
+    budget_given = parser.add_mutually_exclusive_group()  # bytes or a fraction, not both
+    budget_given.add_argument("--budget-bytes", type=int, default=None, help="fxremat's budget (default: the peer's peak)")
+    budget_given.add_argument("--budget-fraction", type=float, default=None,
                         help="fxremat's budget as a fraction (memory_budget=F) instead of bytes")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", default=None)
