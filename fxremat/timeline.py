@@ -1488,8 +1488,8 @@ def _conv_activations_and_weight(conv: fx.Node) -> list[fx.Node]:
     weight (the backward: its input when it computes the weight's gradient, its weight when
     it computes the input's)."""
     if conv.target is _CONV_BACKWARD:
-        mask = _output_mask(conv)
-        args = ([conv.args[2]] if mask[0] else []) + ([conv.args[1]] if len(mask) > 1 and mask[1] else [])
+        args = ([conv.args[2]] if _output_mask(conv)[0] else []) + (
+            [conv.args[1]] if _computes_weight_gradient(conv) else [])
     else:
         args = list(conv.args[:2])
     return [a for a in args if isinstance(a, NODES)]
