@@ -86,11 +86,9 @@ def main(argv: list[str] | None = None) -> dict:
             seen.add(name)
             for a in node.all_input_nodes:
                 inlining._get(a)
-            loads, fx_ops, _, _, extra = inlining._body(node)
-            our_reads = len(loads) + extra[0]
+            our_reads, our_ops = inlining.counts(node)
             rows.append({"graph": index, "node": name, "inductor_ops": ops, "inductor_reads": reads,
-                         "inductor_over_limit": passed, "timeline_ops": len(fx_ops) + extra[1] + our_reads,
-                         "timeline_reads": our_reads})
+                         "inductor_over_limit": passed, "timeline_ops": our_ops, "timeline_reads": our_reads})
     ratios = [r["inductor_ops"] / r["timeline_ops"] for r in rows if r["timeline_ops"]]
     result = {**results_io.metadata(argv), "model": args.model, "budget": args.budget,
               "limits": _compat.inductor_realize_thresholds("cpu"), "rows": rows}

@@ -145,8 +145,10 @@ def inductor_realize_thresholds(device_type: str) -> dict[str, int]:
     """Inductor's store-or-inline limits for a pointwise value (``GraphLowering.run_node``,
     ``StorageBox.should_realize_on_reuse``/``has_exceeded_max_reads``): a value read by
     several ops is written to memory when its inlined body loads more than ``reads``
-    buffers or has more than ``ops`` ops; any value when it loads more than
-    ``acc_reads`` buffers or has more than ``max_ops`` ops. Older torch lacks the CPU
+    buffers or has more than ``ops`` ops; any value when it loads more than ``acc_reads``
+    buffers or has more than ``ops`` ops and loads more than one buffer of more than one
+    element (``has_exceeded_max_reads``, ``realize_hint``), or has more than ``max_ops`` ops
+    (ops counted as ``inner_fn_opcount`` does: ``inductor_op_count``). Older torch lacks the CPU
     variants (defaults then as on the GPU)."""
     import torch._inductor.config as c
 
@@ -159,7 +161,146 @@ def inductor_realize_thresholds(device_type: str) -> dict[str, int]:
     if acc is None:
         acc = getattr(c, "realize_cpu_acc_reads_threshold", None) if cpu else None
         acc = acc if acc is not None else getattr(c, "_realize_acc_reads_threshold_default", 8)
-    return {"reads": int(c.realize_reads_threshold), "ops": int(ops), "acc_reads": int(acc), "max_ops": 100}
+    # (``GraphLowering.run_node`` writes a pointwise value past 100 ops or the op limit,
+    # whichever is larger, whatever it loads: ``has_large_inner_fn(threshold=100)``)
+    return {"reads": int(c.realize_reads_threshold), "ops": int(ops), "acc_reads": int(acc),
+            "max_ops": max(100, int(ops))}
+
+
+_OP_COUNTS: dict[Any, int | None] = {}
+
+
+def inductor_op_count(target: Any, args: tuple, kwargs: dict, val: Any) -> int | None:
+    """The ops Inductor's lowering of ``target(*args, **kwargs)`` computes in its body beyond
+    loading its inputs, counted as its store-or-inline rule counts them
+    (``Loops.inner_fn_opcount``: constants, index expressions, dtype conversions, each op
+    once), or None where it lowers to no pointwise body of its own (a view, a reduction, a
+    library call) or cannot be lowered alone. ``args`` hold fake tensors where the graph has
+    values; ``val`` is the op's (fake) result. Asked of Inductor by lowering the op alone in a one-node graph (a few ms),
+    memoized by the op, its arguments' shapes, strides and dtypes: a model's layers share
+    their answers. A ``slice_scatter`` is 5 ops, a rotary embedding's cosine of positions
+    from ``iota`` 3, a ``mul`` by a scalar 2, a ``clone`` 0."""
+    leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs))
+    try:
+        key = (target, str(spec), tuple(
+            (tuple(map(str, x.shape)), tuple(map(str, x.stride())), x.dtype, x.device.type)
+            if isinstance(x, torch.Tensor) else (type(x).__name__, str(x)) for x in leaves))
+    except Exception:  # (a tensor whose strides cannot be read: sparse, nested)
+        return None
+    if key not in _OP_COUNTS:
+        try:
+            _OP_COUNTS[key] = _lowered_op_count(target, leaves, spec, val)
+        except Exception:  # (an op Inductor cannot lower alone, a symbolic size it cannot read)
+            _OP_COUNTS[key] = None
+    return _OP_COUNTS[key]
+
+
+def _lowered_op_count(target: Any, leaves: list, spec: Any, val: Any) -> int | None:
+    from torch._guards import detect_fake_mode
+    from torch._inductor import ir
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+
+    graph = fx.Graph()
+    example = [x for x in leaves if isinstance(x, torch.Tensor)]
+    placeholders = iter([graph.placeholder(f"input_{i}") for i in range(len(example))])
+    for p, x in zip(graph.nodes, example):
+        p.meta["val"] = x
+    args, kwargs = torch.utils._pytree.tree_unflatten(
+        [next(placeholders) if isinstance(x, torch.Tensor) else x for x in leaves], spec)
+    node = graph.call_function(target, tuple(args), dict(kwargs))
+    node.meta["val"] = val
+    graph.output(node)
+    fake = detect_fake_mode(example)
+    if fake is None:
+        return None
+    with V.set_fake_mode(fake):
+        lowering = GraphLowering(make_graph_module({}, graph), example_inputs=example, shape_env=fake.shape_env)
+        with V.set_graph_handler(lowering):
+            lowering.run(*example)
+            box = lowering.graph_outputs[0]
+            while not isinstance(box, ir.ComputedBuffer):  # (the output, written)
+                box = getattr(box, "data", None)
+                if box is None:
+                    return None  # a view of an input: no body
+            if type(box.data) is not ir.Pointwise:
+                return None
+            counted = box.data.inner_fn_opcount()
+            return counted.num_ops - len(counted.read_buffers)
+
+
+_BODY_COUNTS: dict[Any, int | None] = {}
+
+
+def inductor_body_op_count(body: list, inputs: list) -> int | None:
+    """Inductor's op count (``Loops.inner_fn_opcount().num_ops``, loads included) of the value
+    computed by ``body`` (graph nodes in order, the value last) with every other node inlined
+    into it and ``inputs`` (the nodes it reads, each a buffer) loaded: the count its
+    store-or-inline rule compares with ``realize_opcount_threshold``. Asked of Inductor by
+    lowering those nodes alone (a few ms), memoized by their ops and their inputs' shapes,
+    strides and dtypes; None where that cannot be done (the value lowers to no pointwise
+    body, an op needs what a lone graph lacks). Each op counted once as Inductor's CSE counts
+    it: constants, index expressions and index-independent ops of an unrolled sum shared."""
+    where = {x: i for i, x in enumerate(inputs)}
+    where.update({x: len(inputs) + j for j, x in enumerate(body)})
+    try:
+        parts = [_value_key(x.meta.get("val")) for x in inputs]
+        calls = []
+        for x in body:
+            leaves, spec = torch.utils._pytree.tree_flatten((x.args, x.kwargs))
+            calls.append((leaves, spec))
+            parts.append((x.target, str(spec), tuple(("node", where[v]) if v in where else _value_key(v)
+                                                     for v in leaves), _value_key(x.meta.get("val"))))
+        key = tuple(parts)
+    except Exception:  # (a node read that is neither in the body nor an input; an unreadable value)
+        return None
+    if key not in _BODY_COUNTS:
+        try:
+            _BODY_COUNTS[key] = _lowered_body_count(body, inputs, calls, where)
+        except Exception:  # (an op Inductor cannot lower alone, a symbolic size it cannot read)
+            _BODY_COUNTS[key] = None
+    return _BODY_COUNTS[key]
+
+
+def _value_key(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        return (tuple(map(str, v.shape)), tuple(map(str, v.stride())), v.dtype, v.device.type)
+    return (type(v).__name__, str(v))
+
+
+def _lowered_body_count(body: list, inputs: list, calls: list, where: dict) -> int | None:
+    from torch._guards import detect_fake_mode
+    from torch._inductor import ir
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+
+    graph = fx.Graph()
+    made = []
+    for i, x in enumerate(inputs):
+        made.append(graph.placeholder(f"input_{i}"))
+        made[-1].meta["val"] = x.meta.get("val")
+    for x, (leaves, spec) in zip(body, calls):
+        args, kwargs = torch.utils._pytree.tree_unflatten(
+            [made[where[v]] if v in where else v for v in leaves], spec)
+        made.append(graph.call_function(x.target, tuple(args), dict(kwargs)))
+        made[-1].meta["val"] = x.meta.get("val")
+    graph.output(made[-1])
+    example = [x.meta.get("val") for x in inputs]
+    fake = detect_fake_mode([v for v in example if isinstance(v, torch.Tensor)] + [body[-1].meta.get("val")])
+    if fake is None:
+        return None
+    with V.set_fake_mode(fake):
+        lowering = GraphLowering(make_graph_module({}, graph), example_inputs=example, shape_env=fake.shape_env)
+        with V.set_graph_handler(lowering):
+            lowering.run(*example)
+            box = lowering.graph_outputs[0]
+            while not isinstance(box, ir.ComputedBuffer):  # (the output, written)
+                box = getattr(box, "data", None)
+                if box is None:
+                    return None
+            if type(box.data) is not ir.Pointwise:
+                return None
+            return box.data.inner_fn_opcount().num_ops
 
 
 @functools.cache

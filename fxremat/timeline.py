@@ -183,6 +183,7 @@ class Inlining:
         self._loop_reuse_apart = _compat.inductor_tells_loop_reuse_apart()
         self._written_at_call: dict[fx.Node, fx.Node | None] = {}
         self._positions: dict[fx.Node, int] | None = None
+        self._op_weights: dict[str, int] = {}  # inlined op name -> its ops to Inductor
 
     def fusible(self, node: fx.Node) -> bool:
         """``oplib.is_inductor_pointwise``, memoized."""
@@ -364,6 +365,7 @@ class Inlining:
     def _body(self, n: fx.Node):
         """What ``n``'s body would load and compute, inlined: ``(loads, ops, heavy, big loads,
         extra)`` from its inputs' answers (which must be known)."""
+        self._op_weights.setdefault(n.name, inductor_ops(n))
         infos = [self._info[a] for a in n.all_input_nodes]
         if len(infos) == 1:  # (most pointwise ops: the input's sets as they are)
             _, loads, ops, heavy, big_loads, extra = infos[0]
@@ -389,7 +391,8 @@ class Inlining:
             # Inductor computes a reduction over so few elements as a pointwise sum of its input
             # at each of them: every load and op of the input's body once per element (loads at
             # other indices are other loads to its op counter).
-            extra = (unrolled * (len(loads) + extra[0]) - len(loads), unrolled * (len(ops) + extra[1]) - len(ops))
+            counted = self._weight(ops)
+            extra = (unrolled * (len(loads) + extra[0]) - len(loads), unrolled * (counted + extra[1]) - counted)
         val = n.meta.get("val")
         device = val.device.type if isinstance(val, torch.Tensor) else "cpu"
         if device == "cpu" and getattr(n.target, "overloadpacket", None) is not None:
@@ -397,17 +400,59 @@ class Inlining:
             heavy = heavy or (uses is not None and not uses.isdisjoint(_compat.inductor_heavy_ops_on_cpu()))
         return loads, ops, heavy, big_loads, extra
 
-    def _realized(self, n: fx.Node, body) -> tuple[bool, list[fx.Node]]:
-        """Would Inductor write ``n`` where it is computed (its own thresholds), given its
-        ``body`` (``_body``)? And the views of it that it would copy if not."""
-        loads, ops, heavy, big_loads, extra = body
+    def counts(self, n: fx.Node, body=None) -> tuple[int, int]:
+        """Inductor's read and op counts of ``n`` inlined (its ``body``, ``_body``, its inputs
+        decided): ``num_reads``, each load at each index; ``inner_fn_opcount``, each op once
+        and each load. Ops are summed per node (``inductor_ops``); where that nears the op
+        limit, the body is lowered by Inductor and its own count taken
+        (``_compat.inductor_body_op_count``): shared constants, index-independent ops of an
+        unrolled sum, counted once (Hugging Face T5's position bias gradient, a sum over four
+        elements of an ``fma`` masked by position: 30 ops to Inductor, 60 summed)."""
+        loads, ops, _, _, extra = self._body(n) if body is None else body
+        nreads = len(loads) + extra[0]
+        nops = self._weight(ops) + extra[1] + nreads
+        limit = self._limit(n)
+        if nops > limit["ops"] // 2:
+            lowered = self._lowered_ops(n)
+            nops = nops if lowered is None else lowered
+        return nreads, nops
+
+    def _lowered_ops(self, n: fx.Node) -> int | None:
+        """``_compat.inductor_body_op_count`` of ``n`` with what the timeline inlines into it."""
+        inside, inputs, stack, seen = [], [], [n], set()
+        while stack:
+            x = stack.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            if x is n or (x.op == "call_function" and (
+                    (oplib.is_view(x) and not self.copied(x)) or self.fused_away(x))):
+                inside.append(x)
+                stack.extend(x.all_input_nodes)
+            else:
+                inputs.append(x)
+        position = self._position(n)
+        inside.sort(key=position.__getitem__)
+        inputs.sort(key=position.__getitem__)
+        return _compat.inductor_body_op_count(inside, inputs)
+
+    def _limit(self, n: fx.Node) -> dict[str, int]:
         val = n.meta.get("val")
         device = val.device.type if isinstance(val, torch.Tensor) else "cpu"
         if device not in self._limits:
             self._limits[device] = _compat.inductor_realize_thresholds(device)
-        limit = self._limits[device]
-        nreads = len(loads) + extra[0]  # Inductor's num_reads: each load at each index
-        nops = len(ops) + extra[1] + nreads  # Inductor counts loads as ops too
+        return self._limits[device]
+
+    def _weight(self, ops: frozenset[str]) -> int:
+        weights = self._op_weights
+        return sum(weights.get(name, 1) for name in ops)
+
+    def _realized(self, n: fx.Node, body) -> tuple[bool, list[fx.Node]]:
+        """Would Inductor write ``n`` where it is computed (its own thresholds), given its
+        ``body`` (``_body``)? And the views of it that it would copy if not."""
+        loads, ops, heavy, big_loads, extra = body
+        limit = self._limit(n)
+        nreads, nops = self.counts(n, body)
         several = len(self.readers(n)) > 1
         # A reader that broadcasts the value loads each element many times: Inductor's
         # ``expand`` asks the same question as for several readers, its read count
@@ -426,7 +471,11 @@ class Inlining:
         # Inductor's ``needs_realized_inputs``), it is written where it is computed when its
         # body loads more than one buffer (``realize_hint``), else copied for each such call.
         hinted = self._hinted_by_attention(n)
-        written = (nreads > limit["acc_reads"] or nops > limit["max_ops"]
+        # Any value: past the read or op limit, written where its body loads more than one
+        # buffer of more than one element (``has_exceeded_max_reads``, then ``realize_hint``);
+        # past ``max_ops``, written whatever it loads.
+        written = (nops > limit["max_ops"]
+                   or ((nreads > limit["acc_reads"] or nops > limit["ops"]) and len(big_loads) > 1)
                    or ((several or broadcast) and (heavy or nops > limit["ops"]))
                    or (fanout and nreads > limit["reads"])
                    or ((copies or pooled or hinted) and len(big_loads) > 1))  # realize_hint: see _copied_view
@@ -435,6 +484,22 @@ class Inlining:
         # inlines a body with no loads), and a buffer nothing loads is not made: HF T5's
         # relative position buckets (a ``log``, five readers) hold nothing.
         return written and bool(loads), copies
+
+
+def inductor_ops(node: fx.Node) -> int:
+    """The ops Inductor computes for ``node`` in a body it is inlined into, its loads aside
+    (``_compat.inductor_op_count``); 1 for a reduction (``Inlining._body`` counts an unrolled
+    one per element) or an op it lowers to no pointwise body alone. Remembered per node."""
+    return per_meta("inductor ops", node, _inductor_ops)
+
+
+def _inductor_ops(node: fx.Node) -> int:
+    if node.op != "call_function" or oplib.is_reduction(node):
+        return 1
+    value = lambda a: a.meta.get("val")  # noqa: E731
+    counted = _compat.inductor_op_count(node.target, map_arg(node.args, value), map_arg(node.kwargs, value),
+                                        node.meta.get("val"))
+    return 1 if counted is None else counted
 
 
 def _big(node: fx.Node) -> frozenset[str]:
