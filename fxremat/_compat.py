@@ -232,7 +232,7 @@ def _lowered_op_count(target: Any, leaves: list, spec: Any, val: Any) -> int | N
 _BODY_COUNTS: dict[Any, int | None] = {}
 
 
-def inductor_body_op_count(body: list, inputs: list) -> int | None:
+def inductor_body_op_count(body: list, inputs: list, channels_last: Any = ()) -> int | None:
     """Inductor's op count (``Loops.inner_fn_opcount().num_ops``, loads included) of the value
     computed by ``body`` (graph nodes in order, the value last) with every other node inlined
     into it and ``inputs`` (the nodes it reads, each a buffer) loaded: the count its
@@ -240,11 +240,16 @@ def inductor_body_op_count(body: list, inputs: list) -> int | None:
     lowering those nodes alone (a few ms), memoized by their ops and their inputs' shapes,
     strides and dtypes; None where that cannot be done (the value lowers to no pointwise
     body, an op needs what a lone graph lacks). Each op counted once as Inductor's CSE counts
-    it: constants, index expressions and index-independent ops of an unrolled sum shared."""
+    it: constants, index expressions and index-independent ops of an unrolled sum shared.
+    Each input is given contiguous strides, those in ``channels_last`` channels-last ones: a
+    buffer Inductor makes has no fixed layout while its readers are lowered, and a lowering
+    that reads layouts (torch 2.11's max-pool backward asks for a channels-last result where
+    an input is fixed so) must see what it sees in the whole graph."""
+    layouts = [x in channels_last for x in inputs]
     where = {x: i for i, x in enumerate(inputs)}
     where.update({x: len(inputs) + j for j, x in enumerate(body)})
     try:
-        parts = [_value_key(x.meta.get("val")) for x in inputs]
+        parts = [(_value_key(x.meta.get("val")), cl) for x, cl in zip(inputs, layouts)]
         calls = []
         for x in body:
             leaves, spec = torch.utils._pytree.tree_flatten((x.args, x.kwargs))
@@ -256,10 +261,16 @@ def inductor_body_op_count(body: list, inputs: list) -> int | None:
         return None
     if key not in _BODY_COUNTS:
         try:
-            _BODY_COUNTS[key] = _lowered_body_count(body, inputs, calls, where)
+            _BODY_COUNTS[key] = _lowered_body_count(body, inputs, layouts, calls, where)
         except Exception:  # (an op Inductor cannot lower alone, a symbolic size it cannot read)
             _BODY_COUNTS[key] = None
     return _BODY_COUNTS[key]
+
+
+def _laid_out(v: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    fmt = torch.channels_last if channels_last and v.dim() == 4 else (
+        torch.channels_last_3d if channels_last and v.dim() == 5 else torch.contiguous_format)
+    return torch.empty(v.shape, dtype=v.dtype, device=v.device).to(memory_format=fmt)
 
 
 def _value_key(v: Any) -> Any:
@@ -268,27 +279,29 @@ def _value_key(v: Any) -> Any:
     return (type(v).__name__, str(v))
 
 
-def _lowered_body_count(body: list, inputs: list, calls: list, where: dict) -> int | None:
+def _lowered_body_count(body: list, inputs: list, layouts: list, calls: list, where: dict) -> int | None:
     from torch._guards import detect_fake_mode
     from torch._inductor import ir
     from torch._inductor.graph import GraphLowering
     from torch._inductor.virtualized import V
 
+    values = [x.meta.get("val") for x in inputs]
+    fake = detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)] + [body[-1].meta.get("val")])
+    if fake is None:
+        return None
+    with fake:
+        example = [_laid_out(v, cl) if isinstance(v, torch.Tensor) else v for v, cl in zip(values, layouts)]
     graph = fx.Graph()
     made = []
-    for i, x in enumerate(inputs):
+    for i, v in enumerate(example):
         made.append(graph.placeholder(f"input_{i}"))
-        made[-1].meta["val"] = x.meta.get("val")
+        made[-1].meta["val"] = v
     for x, (leaves, spec) in zip(body, calls):
         args, kwargs = torch.utils._pytree.tree_unflatten(
             [made[where[v]] if v in where else v for v in leaves], spec)
         made.append(graph.call_function(x.target, tuple(args), dict(kwargs)))
         made[-1].meta["val"] = x.meta.get("val")
     graph.output(made[-1])
-    example = [x.meta.get("val") for x in inputs]
-    fake = detect_fake_mode([v for v in example if isinstance(v, torch.Tensor)] + [body[-1].meta.get("val")])
-    if fake is None:
-        return None
     with V.set_fake_mode(fake):
         lowering = GraphLowering(make_graph_module({}, graph), example_inputs=example, shape_env=fake.shape_env)
         with V.set_graph_handler(lowering):
