@@ -408,7 +408,11 @@ class Inlining:
         (``_compat.inductor_body_op_count``): shared constants, index-independent ops of an
         unrolled sum, counted once (Hugging Face T5's position bias gradient, a sum over four
         elements of an ``fma`` masked by position: 30 ops to Inductor, 60 summed)."""
-        loads, ops, _, _, extra = self._body(n) if body is None else body
+        if body is None:
+            for a in n.all_input_nodes:
+                self._get(a)
+            body = self._body(n)
+        loads, ops, _, _, extra = body
         nreads = len(loads) + extra[0]
         nops = self._weight(ops) + extra[1] + nreads
         limit = self._limit(n)

@@ -90,6 +90,57 @@ def test_a_value_with_several_readers_loading_many_buffers_is_written():
     assert timeline.peak_bytes < 3 * one
 
 
+def _pointwise_chain_summed(scaled_input_elements: int):
+    """A chain of six scaled adds of two inputs (``a`` of N x N, ``b`` of ``scaled_input_elements``
+    elements, broadcast), its one reader a sum: a value Inductor could inline, with a fake value
+    on every node as ``torch.compile`` hands graphs over."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(a, b):
+        v = a
+        for _ in range(6):
+            v = aten.add.Tensor(aten.mul.Tensor(v, 2.0), b)
+        return aten.sum.dim_IntList(v, [0])
+
+    gm = make_fx(fn, tracing_mode="fake")(torch.randn(N, N), torch.randn(scaled_input_elements))
+    (total,) = gm.graph.find_nodes(op="call_function", target=aten.sum.dim_IntList)
+    return gm, total.args[0]
+
+
+def test_inductors_own_op_count_shares_constants():
+    """The timeline's op count of an inlined body is Inductor's (``inner_fn_opcount``): the
+    scalar 2.0 of each of the six ``mul``s is one constant to Inductor's CSE, where a sum per
+    op (``timeline.inductor_ops``: a ``mul`` by a scalar is 2 ops) counts it six times. At a
+    limit of 16 ops the chain is inlined whole (15 ops), as Inductor does; by the sum per op
+    (20) its last ``add`` would be written."""
+    from fxremat import timeline
+
+    _, value = _pointwise_chain_summed(N)
+    chain = [n for n in value.graph.nodes if n.op == "call_function" and n.target in (aten.mul.Tensor, aten.add.Tensor)]
+    with torch._inductor.config.patch(realize_opcount_threshold=16):
+        inlining = timeline.Inlining()
+        assert inlining.counts(value) == (2, 2 + 1 + 12)  # two loads, one constant, six muls and six adds
+        assert sum(timeline.inductor_ops(n) for n in chain) == 18  # each mul 2 ops (op and constant), each add 1
+        assert all(inlining.fused_away(n) for n in chain)
+
+
+@pytest.mark.parametrize("threshold, input_elements, written", [(50, N, False), (10, N, True), (10, 1, False)])
+def test_a_value_past_inductors_op_limit_is_written_where_it_loads_two_buffers(threshold, input_elements, written):
+    """Any pointwise value, whatever its readers, past ``realize_opcount_threshold`` ops (30 on
+    torch 2.11 and on a GPU, 50 on 2.13's CPU) is hinted to be written (``has_exceeded_max_reads``),
+    which ``realize_hint`` does where its body loads more than one buffer of more than one
+    element (not a one-element ``b``). On torch 2.11, Hugging Face Llama's query gradient through
+    the rotary embedding (34 ops, its cosine and sine recomputed from ``iota``) is written so;
+    the timeline had taken 100 as that limit and one op per FX node."""
+    from fxremat import timeline
+
+    _, value = _pointwise_chain_summed(input_elements)
+    chain = [n for n in value.graph.nodes if n.op == "call_function" and n.target in (aten.mul.Tensor, aten.add.Tensor)]
+    with torch._inductor.config.patch(realize_opcount_threshold=threshold):
+        inlining = timeline.Inlining()
+        assert any(not inlining.fused_away(n) for n in chain) is written
+
+
 @pytest.mark.inductor
 def test_deep_cnn_under_a_small_rotor_budget_measures_as_predicted():
     """The deep CNN's Rotor plans recompute batch norms; their backward's ReLU masks are
