@@ -160,7 +160,8 @@ class Inlining:
     written to memory and its readers load its inputs instead, unless (its own rule,
     ``_compat.inductor_realize_thresholds``) it has several readers and its inlined body
     loads more than 4 buffers, has many ops or, on CPU, a heavy op (exp, tanh, ...); or
-    loads more than 12 buffers (8 on GPU) whatever its readers. An inlined value keeps
+    loads more than 12 buffers (8 on GPU) or has more ops than Inductor's limit, whatever its
+    readers, and loads two buffers (ops counted as Inductor counts them: ``counts``). An inlined value keeps
     what it loads alive until its last reader: a batch norm backward's ``where`` (ReLU
     mask of the incoming gradient) is recomputed in both kernels that read it, holding
     the ReLU output and the gradient, where writing it once would hold one buffer
