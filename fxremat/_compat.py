@@ -182,9 +182,7 @@ def inductor_op_count(target: Any, args: tuple, kwargs: dict, val: Any) -> int |
     from ``iota`` 3, a ``mul`` by a scalar 2, a ``clone`` 0."""
     leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs))
     try:
-        key = (target, str(spec), tuple(
-            (tuple(map(str, x.shape)), tuple(map(str, x.stride())), x.dtype, x.device.type)
-            if isinstance(x, torch.Tensor) else (type(x).__name__, str(x)) for x in leaves))
+        key = (target, str(spec), tuple(_value_key(x) for x in leaves))
     except Exception:  # (a tensor whose strides cannot be read: sparse, nested)
         return None
     if key not in _OP_COUNTS:
@@ -197,9 +195,6 @@ def inductor_op_count(target: Any, args: tuple, kwargs: dict, val: Any) -> int |
 
 def _lowered_op_count(target: Any, leaves: list, spec: Any, val: Any) -> int | None:
     from torch._guards import detect_fake_mode
-    from torch._inductor import ir
-    from torch._inductor.graph import GraphLowering
-    from torch._inductor.virtualized import V
 
     graph = fx.Graph()
     example = [x for x in leaves if isinstance(x, torch.Tensor)]
@@ -212,8 +207,17 @@ def _lowered_op_count(target: Any, leaves: list, spec: Any, val: Any) -> int | N
     node.meta["val"] = val
     graph.output(node)
     fake = detect_fake_mode(example)
-    if fake is None:
-        return None
+    counted = None if fake is None else _lowered_output_count(graph, example, fake)
+    return None if counted is None else counted.num_ops - len(counted.read_buffers)
+
+
+def _lowered_output_count(graph: fx.Graph, example: list, fake: Any) -> Any:
+    """``inner_fn_opcount()`` of the pointwise value ``graph`` outputs, lowered by Inductor on
+    ``example`` (fake) inputs; None where its output is no pointwise body of its own."""
+    from torch._inductor import ir
+    from torch._inductor.graph import GraphLowering
+    from torch._inductor.virtualized import V
+
     with V.set_fake_mode(fake):
         lowering = GraphLowering(make_graph_module({}, graph), example_inputs=example, shape_env=fake.shape_env)
         with V.set_graph_handler(lowering):
@@ -225,8 +229,7 @@ def _lowered_op_count(target: Any, leaves: list, spec: Any, val: Any) -> int | N
                     return None  # a view of an input: no body
             if type(box.data) is not ir.Pointwise:
                 return None
-            counted = box.data.inner_fn_opcount()
-            return counted.num_ops - len(counted.read_buffers)
+            return box.data.inner_fn_opcount()
 
 
 _BODY_COUNTS: dict[Any, int | None] = {}
@@ -281,9 +284,6 @@ def _value_key(v: Any) -> Any:
 
 def _lowered_body_count(body: list, inputs: list, layouts: list, calls: list, where: dict) -> int | None:
     from torch._guards import detect_fake_mode
-    from torch._inductor import ir
-    from torch._inductor.graph import GraphLowering
-    from torch._inductor.virtualized import V
 
     values = [x.meta.get("val") for x in inputs]
     fake = detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)] + [body[-1].meta.get("val")])
@@ -302,18 +302,8 @@ def _lowered_body_count(body: list, inputs: list, layouts: list, calls: list, wh
         made.append(graph.call_function(x.target, tuple(args), dict(kwargs)))
         made[-1].meta["val"] = x.meta.get("val")
     graph.output(made[-1])
-    with V.set_fake_mode(fake):
-        lowering = GraphLowering(make_graph_module({}, graph), example_inputs=example, shape_env=fake.shape_env)
-        with V.set_graph_handler(lowering):
-            lowering.run(*example)
-            box = lowering.graph_outputs[0]
-            while not isinstance(box, ir.ComputedBuffer):  # (the output, written)
-                box = getattr(box, "data", None)
-                if box is None:
-                    return None
-            if type(box.data) is not ir.Pointwise:
-                return None
-            return box.data.inner_fn_opcount().num_ops
+    counted = _lowered_output_count(graph, example, fake)
+    return None if counted is None else counted.num_ops
 
 
 @functools.cache
