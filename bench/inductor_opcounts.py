@@ -7,8 +7,10 @@ Inductor writes a pointwise value it could inline when its inlined body is too b
 (``StorageBox.has_exceeded_max_reads``: more than ``realize_acc_reads_threshold`` reads or
 ``realize_opcount_threshold`` ops, whatever its readers; ``should_realize_on_reuse`` for
 several readers), counting its ops as ``inner_fn_opcount`` does (loads, index expressions,
-constants and dtype conversions included). The timeline (``timeline.Inlining``) counts one op
-per FX node plus its reads, against ``_compat.inductor_realize_thresholds``. This compiles the
+constants and dtype conversions included). The timeline (``timeline.Inlining.counts``) sums
+each op's count from Inductor's lowering of that op alone and, near the limit, lowers the whole
+inlined body to take Inductor's own count, against ``_compat.inductor_realize_thresholds`` (until
+2026-12-01 it counted one op per FX node plus its reads). This compiles the
 test suite's tiny Hugging Face Llama or the zoo CNN (``fxremat.models.make_cnn``) under fxremat,
 records each value Inductor weighed (``has_exceeded_max_reads`` wrapped: its FX origin node, op
 count, read count, and whether it passed that limit), and sets the timeline's counts for the
