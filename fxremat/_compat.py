@@ -181,16 +181,24 @@ def inductor_op_count(target: Any, args: tuple, kwargs: dict, val: Any) -> int |
     their answers. A ``slice_scatter`` is 5 ops, a rotary embedding's cosine of positions
     from ``iota`` 3, a ``mul`` by a scalar 2, a ``clone`` 0."""
     leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs))
+    return _remembered(_OP_COUNTS, lambda: (target, str(spec), tuple(_value_key(x) for x in leaves)),
+                       lambda: _lowered_op_count(target, leaves, spec, val))
+
+
+def _remembered(cache: dict, key: Callable[[], Any], lower: Callable[[], int | None]) -> int | None:
+    """``lower()`` remembered in ``cache`` under ``key()``; None, and remembered so, where the
+    key cannot be made (a value whose strides cannot be read: sparse, nested) or Inductor
+    cannot lower the op or body alone (a symbolic size it cannot read)."""
     try:
-        key = (target, str(spec), tuple(_value_key(x) for x in leaves))
-    except Exception:  # (a tensor whose strides cannot be read: sparse, nested)
+        found = key()
+    except Exception:
         return None
-    if key not in _OP_COUNTS:
+    if found not in cache:
         try:
-            _OP_COUNTS[key] = _lowered_op_count(target, leaves, spec, val)
-        except Exception:  # (an op Inductor cannot lower alone, a symbolic size it cannot read)
-            _OP_COUNTS[key] = None
-    return _OP_COUNTS[key]
+            cache[found] = lower()
+        except Exception:
+            cache[found] = None
+    return cache[found]
 
 
 def _lowered_op_count(target: Any, leaves: list, spec: Any, val: Any) -> int | None:
@@ -251,23 +259,14 @@ def inductor_body_op_count(body: list, inputs: list, channels_last: Any = ()) ->
     layouts = [x in channels_last for x in inputs]
     where = {x: i for i, x in enumerate(inputs)}
     where.update({x: len(inputs) + j for j, x in enumerate(body)})
-    try:
-        parts = [(_value_key(x.meta.get("val")), cl) for x, cl in zip(inputs, layouts)]
-        calls = []
-        for x in body:
-            leaves, spec = torch.utils._pytree.tree_flatten((x.args, x.kwargs))
-            calls.append((leaves, spec))
-            parts.append((x.target, str(spec), tuple(("node", where[v]) if v in where else _value_key(v)
-                                                     for v in leaves), _value_key(x.meta.get("val"))))
-        key = tuple(parts)
-    except Exception:  # (a node read that is neither in the body nor an input; an unreadable value)
-        return None
-    if key not in _BODY_COUNTS:
-        try:
-            _BODY_COUNTS[key] = _lowered_body_count(body, inputs, layouts, calls, where)
-        except Exception:  # (an op Inductor cannot lower alone, a symbolic size it cannot read)
-            _BODY_COUNTS[key] = None
-    return _BODY_COUNTS[key]
+    calls = [torch.utils._pytree.tree_flatten((x.args, x.kwargs)) for x in body]
+
+    def key() -> tuple:  # (fails on a node read that is neither in the body nor an input)
+        return tuple([(_value_key(x.meta.get("val")), cl) for x, cl in zip(inputs, layouts)] + [
+            (x.target, str(spec), tuple(("node", where[v]) if v in where else _value_key(v) for v in leaves),
+             _value_key(x.meta.get("val"))) for x, (leaves, spec) in zip(body, calls)])
+
+    return _remembered(_BODY_COUNTS, key, lambda: _lowered_body_count(body, inputs, layouts, calls, where))
 
 
 def _laid_out(v: torch.Tensor, channels_last: bool) -> torch.Tensor:

@@ -366,7 +366,8 @@ class Inlining:
     def _body(self, n: fx.Node):
         """What ``n``'s body would load and compute, inlined: ``(loads, ops, heavy, big loads,
         extra)`` from its inputs' answers (which must be known)."""
-        self._op_weights.setdefault(n.name, inductor_ops(n))
+        if n.name not in self._op_weights:  # (asked once a node: the key alone is a tree walk)
+            self._op_weights[n.name] = inductor_ops(n)
         infos = [self._info[a] for a in n.all_input_nodes]
         if len(infos) == 1:  # (most pointwise ops: the input's sets as they are)
             _, loads, ops, heavy, big_loads, extra = infos[0]
