@@ -381,12 +381,55 @@ def inductor_writes_every_cat(device_type: str) -> bool:
 
 def inductor_falls_back(node) -> bool:
     """Does Inductor run this op as its ATen kernel (``lowering.fallbacks``: flash
-    attention's CPU kernels, ``convolution_backward``, ...) rather than code of its own?"""
+    attention's CPU kernels, ``convolution_backward``, ...; a max-pool backward its lowering
+    hands to ATen, ``inductor_generates_max_pool_backward``) rather than code of its own?"""
     if node.op != "call_function":
         return False
     from torch._inductor import lowering
 
+    if node.target is torch.ops.aten.max_pool2d_with_indices_backward.default and node.target in lowering.lowerings:
+        return not inductor_generates_max_pool_backward(node)
     return node.target in lowering.fallbacks
+
+
+# Inductor's own max-pool backward kernel gives up above this many window positions per
+# output element (``lowering.py::max_pool2d_with_indices_backward``: "Kernel size too big").
+_MAX_POOL_BACKWARD_WINDOW = 25
+
+
+def inductor_generates_max_pool_backward(node) -> bool:
+    """Does Inductor compute this ``max_pool2d_with_indices_backward`` in a kernel of its own
+    (``max_pool_backward_window``)?"""
+    return max_pool_backward_window(node) is not None
+
+
+def max_pool_backward_window(node) -> int | None:
+    """How many window positions Inductor's own kernel for this ``max_pool2d_with_indices_backward``
+    visits per input element, loading the gradient and the indices at each; None where it
+    computes none. Inductor lowers the op as a pointwise value over the input's positions
+    (``lowering.py``; it reads the pooled input for its layout only, and asks the result
+    channels-last where that input or the gradient is a buffer laid out so) where the op
+    reaches it: torch 2.11's decompositions leave it, 2.13's turn it into a scatter-add first.
+    Not with a dilation or a window of more than ``_MAX_POOL_BACKWARD_WINDOW`` positions (ATen's
+    kernel then), nor where it is no lowering of Inductor's."""
+    target = torch.ops.aten.max_pool2d_with_indices_backward.default
+    if getattr(node, "op", None) != "call_function" or node.target is not target:
+        return None
+    from torch._inductor import lowering
+
+    if target not in lowering.lowerings or target in lowering.fallbacks:
+        return None
+    kernel, stride, dilation = node.args[2], node.args[3] or node.args[2], node.args[5]
+    if isinstance(dilation, int):
+        dilation = [dilation, dilation]
+    if any(d != 1 for d in dilation) or len(kernel) != 2 or len(stride) != 2:
+        return None
+
+    def window(k: int, s: int) -> int:  # as the lowering counts it (``FloorDiv``: Python's //)
+        return max(max(h // s - max(0, (h - k) // s), 1) for h in range(2 * k))
+
+    positions = window(kernel[0], stride[0]) * window(kernel[1], stride[1])
+    return positions if positions <= _MAX_POOL_BACKWARD_WINDOW else None
 
 
 def inductor_scatters_in_aten(node) -> bool:

@@ -220,15 +220,17 @@ def _integer_indices(node: fx.Node) -> bool:
 
 def is_inductor_pointwise(node: fx.Node) -> bool:
     """Does Inductor lower this op as a kernel its readers can inline (``is_fusible``, a
-    gather through integer indices: ``embedding``, ``gather``, ``index``, or one of the
-    max-pool prims of ``_POINTWISE_LOWERED_PRIMS``, an item of their tuple included)?"""
+    gather through integer indices: ``embedding``, ``gather``, ``index``, one of the
+    max-pool prims of ``_POINTWISE_LOWERED_PRIMS``, an item of their tuple included, or a
+    max-pool backward of its own, ``is_generated_max_pool_backward``)?"""
     if is_fusible(node):
         return True
     if node.op != "call_function":
         return False
     if node.target is operator.getitem:
         return isinstance(node.args[0], NODES) and bool(_flags(node.args[0]) & _LOWERED_POINTWISE)
-    return bool(_flags(node) & _LOWERED_POINTWISE) or (node.target in _gathers() and _integer_indices(node))
+    return (bool(_flags(node) & _LOWERED_POINTWISE) or (node.target in _gathers() and _integer_indices(node))
+            or is_generated_max_pool_backward(node))
 
 
 def is_gather(node: fx.Node) -> bool:
@@ -335,6 +337,17 @@ def loads_lazily(reader: fx.Node, value: fx.Node) -> bool:
     if is_inductor_pointwise(reader):
         return True
     return is_index_put(reader) and reader.args[0] is not value
+
+
+def is_generated_max_pool_backward(node: fx.Node) -> bool:
+    """A max-pool backward Inductor computes as a pointwise value of its own
+    (``_compat.max_pool_backward_window``: torch 2.11), loading the gradient (``args[0]``) and
+    the indices (``args[7]``) at each window position, the pooled input (``args[1]``) not at
+    all."""
+    from . import _compat
+
+    return node.op == "call_function" and node.target is aten.max_pool2d_with_indices_backward.default and (
+        _compat.inductor_generates_max_pool_backward(node))
 
 
 def fusible_pair(producer: fx.Node, user: fx.Node) -> bool:

@@ -21,7 +21,7 @@ from .aliasing import is_alias, readers, storage_node
 from .lite import NODES, map_arg
 from .memo import per_meta
 from .passes.memory import Step, Timeline, simulate
-from .workspace import channels_last_scratch_bytes, library_call
+from .workspace import channels_last_scratch_bytes, convolution_scratch_bytes, library_call
 from .sizes import (_hint, flat_tensors, held_outputs, is_multi_output, incoming_gradient_held, node_bytes, node_bytes_expr, storage_of,
                     strided_bytes, tensor_bytes, tensor_bytes_expr)
 
@@ -184,6 +184,10 @@ class Inlining:
         self._loop_reuse_apart = _compat.inductor_tells_loop_reuse_apart()
         self._written_at_call: dict[fx.Node, fx.Node | None] = {}
         self._positions: dict[fx.Node, int] | None = None
+        # Is this value a buffer laid out channels-last where Inductor lowers a reader (set by
+        # the timeline, which knows the graph's layouts; None: not known, and a max-pool
+        # backward of Inductor's own is taken as written, ``_realized``)
+        self.channels_last_buffer: Callable[[fx.Node], bool] | None = None
         self._op_weights: dict[str, int] = {}  # inlined op name -> its ops to Inductor
 
     def fusible(self, node: fx.Node) -> bool:
@@ -368,7 +372,11 @@ class Inlining:
         extra)`` from its inputs' answers (which must be known)."""
         if n.name not in self._op_weights:  # (asked once a node: the key alone is a tree walk)
             self._op_weights[n.name] = inductor_ops(n)
-        infos = [self._info[a] for a in n.all_input_nodes]
+        window = _compat.max_pool_backward_window(n) if oplib.is_generated_max_pool_backward(n) else None
+        # (a max-pool backward of Inductor's own loads the gradient and the indices, not the
+        # pooled input, whose layout alone it reads)
+        infos = ([self._info[a] for a in (n.args[0], n.args[7])] if window is not None
+                 else [self._info[a] for a in n.all_input_nodes])
         if len(infos) == 1:  # (most pointwise ops: the input's sets as they are)
             _, loads, ops, heavy, big_loads, extra = infos[0]
             ops = ops | {n.name}
@@ -388,7 +396,7 @@ class Inlining:
             data = self._info[n.args[0]]
             loads = (loads - data[1]) | {f"{x}@{n.name}" for x in data[1]}
             big_loads = (big_loads - data[4]) | {f"{x}@{n.name}" for x in data[4]}
-        unrolled = _unrolled_elements(n)
+        unrolled = _unrolled_elements(n) if window is None else window  # (loads at each window position)
         if unrolled > 1:
             # Inductor computes a reduction over so few elements as a pointwise sum of its input
             # at each of them: every load and op of the input's body once per element (loads at
@@ -440,7 +448,9 @@ class Inlining:
         position = self._position(n)
         inside.sort(key=position.__getitem__)
         inputs.sort(key=position.__getitem__)
-        return _compat.inductor_body_op_count(inside, inputs)
+        laid_out = self.channels_last_buffer
+        channels_last = {x for x in inputs if laid_out is not None and laid_out(x)}
+        return _compat.inductor_body_op_count(inside, inputs, channels_last)
 
     def _limit(self, n: fx.Node) -> dict[str, int]:
         val = n.meta.get("val")
@@ -472,7 +482,16 @@ class Inlining:
         # A max-pool (a tuple Inductor lowers item by item) loads its input once per window
         # element and asks it to be written first (``realize_hint``): the zoo CNN's batch-norm
         # ReLU before its pool is written (its body loads five buffers).
-        pooled = any(oplib.lowered_item_by_item(r) for r in self.readers(n))
+        # So does Inductor's own max-pool backward for the gradient it loads at each window
+        # position (torch 2.11: ``oplib.is_generated_max_pool_backward``).
+        pooled = any(oplib.lowered_item_by_item(r) or (oplib.is_generated_max_pool_backward(r) and r.args[0] is n)
+                     for r in self.readers(n))
+        # Inductor's own max-pool backward asks for its result channels-last, and so writes it,
+        # where the pooled input or the gradient is a buffer laid out so (its strides fixed);
+        # otherwise it is a pointwise value like any other (torch 2.11: the test CNN's first
+        # pool's backward, its input recomputed in the backward, is inlined into its readers).
+        relaid = oplib.is_generated_max_pool_backward(n) and (
+            self.channels_last_buffer is None or any(self.channels_last_buffer(a) for a in (n.args[0], n.args[1])))
         # With several readers, one an attention call (``oplib.copies_unwritten_inputs``; among
         # Inductor's ``needs_realized_inputs``), it is written where it is computed when its
         # body loads more than one buffer (``realize_hint``), else copied for each such call.
@@ -484,7 +503,8 @@ class Inlining:
                    or ((nreads > limit["acc_reads"] or nops > limit["ops"]) and len(big_loads) > 1)
                    or ((several or broadcast) and (heavy or nops > limit["ops"]))
                    or (fanout and nreads > limit["reads"])
-                   or ((copies or pooled or hinted) and len(big_loads) > 1))  # realize_hint: see _copied_view
+                   or ((copies or pooled or hinted) and len(big_loads) > 1)  # realize_hint: see _copied_view
+                   or relaid)
         # A value computed from no buffer (positions from ``iota``, constants) is computed again
         # in each kernel that reads it even where Inductor writes it (``ComputedBuffer.make_loader``
         # inlines a body with no loads), and a buffer nothing loads is not made: HF T5's
@@ -666,6 +686,8 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
     if prefers_channels_last is None:
         prefers_channels_last = _compat.inductor_prefers_channels_last(gm) if fusion and channels_last else set()
     into_cat = _computed_into_concatenation(gm, inlining, prefers_channels_last, addmms) if fusion else {}
+    inlining.channels_last_buffer = (channels_last_buffers(inlining, prefers_channels_last, channels_last_inputs)
+                                     if channels_last else lambda n: False)
     # Inductor's C++ backend generates one function for all the kernels between two library
     # calls and frees what they read for the last time only after it: all of that stretch's
     # outputs are alive at once with its inputs (HF BERT's least plan: the embeddings'
@@ -691,7 +713,7 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
 
     def operands_relaid() -> bool:
         # Its convolution backwards' operands laid out by the layout optimization (torch 2.13),
-        # not handed over in their traced strides (2.11: ``_copied_by_aten_convolution_backward``)
+        # not handed over in their traced strides (2.11: ``_handed_over_channels_last``)
         return graph_relayouts() and _compat.inductor_orders_convolution_backward_operands()
 
     def layouts(n: fx.Node) -> str | None:
@@ -864,14 +886,17 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
             # view whose strides leave gaps: a ViT's patch gradient, its tokens sliced past
             # the class token and permuted to channels (a clone the size of the view).
             activations = node.args[:2] if node.target is _CONV_BACKWARD else node.args[:1]
-            aten_copied = _copied_by_aten_convolution_backward(node, traced)
             copies_bytes = sum(node_bytes(a) for a in activations
-                               if _channel_slice(a) or a in relaid_cats or _view_with_gaps(a) or a in aten_copied)
+                               if _channel_slice(a) or a in relaid_cats or _view_with_gaps(a))
             # oneDNN's own scratchpad comes on top of the weight copies (12–22 KB in a U-Net's
-            # convolution backwards, its measured peak): measured as Inductor calls it.
-            scratch = max(copies * node_bytes(weight), channels_last_scratch_bytes(node)) if not symbolic else (
-                _compat.symbolic_max(copies * node_bytes(weight),
-                                     _scaled_scratch(node, channels_last_scratch_bytes(node))))
+            # convolution backwards, its measured peak): measured as Inductor calls it, with the
+            # operands in the layouts it hands them over in where it does not order them itself
+            # (the copies oneDNN then makes while it runs are in the measurement).
+            handed = _handed_over_channels_last(node, traced)
+            measured = (channels_last_scratch_bytes(node) if handed is None
+                        else convolution_scratch_bytes(node, handed))
+            scratch = max(copies * node_bytes(weight), measured) if not symbolic else (
+                _compat.symbolic_max(copies * node_bytes(weight), _scaled_scratch(node, measured)))
             allocates[f"{phase}:{node.name}:workspace"] = scratch + copies_bytes
         elif workspace is not None:  # op by op; through Inductor, CUDA's library calls (cuDNN's convolutions)
             scratch = workspace(node)
@@ -1050,24 +1075,23 @@ def _scaled_scratch(node: fx.Node, traced_bytes: int):
     return _compat.symbolic_max(traced_bytes, traced_bytes * tensor_bytes_expr(largest) / max(hints))
 
 
-def _copied_by_aten_convolution_backward(node: fx.Node, traced: Callable[[fx.Node], Any]) -> list[fx.Node]:
-    """The operands a convolution backward copies itself while it runs, where Inductor hands
-    them over in their traced strides (``_compat.inductor_orders_convolution_backward_operands``
-    false: torch 2.11): oneDNN computes channels-last where the input or the weight is laid out
-    so (``mkldnn_conv_use_channels_last``) and makes the gradient, and the input when it computes
-    the weight's gradient, dense in that order, copying one traced otherwise (a group norm's
-    input gradient, reshaped from its groups: contiguous). Where Inductor orders the operands
-    itself (torch 2.13) it writes such a copy in a kernel of its own, which the timeline counts
-    as that value's layout (``_inductor_layout``). ``traced(n)``: ``n``'s value with the strides
-    Inductor's graph gives it (``_TracedStrides``)."""
+def _handed_over_channels_last(node: fx.Node, traced: Callable[[fx.Node], Any]) -> frozenset[int] | None:
+    """The positional operands (gradient 0, input 1, weight 2) Inductor hands a convolution
+    backward laid out channels-last, where it hands them over in the strides its graph traces
+    them in (``_compat.inductor_orders_convolution_backward_operands`` false: torch 2.11, a
+    fallback under ``constrain_to_fx_strides``; ``traced(n)``: ``n``'s value with those strides,
+    ``_TracedStrides``); None where it orders them itself (torch 2.13: each one as the call
+    computes, a copy of its own written where a value is laid out otherwise, which the timeline
+    counts as that value's layout). What oneDNN then copies while it runs is in the scratch
+    measured with these layouts (``workspace.convolution_scratch_bytes``): a group norm's input
+    gradient, traced contiguous, before a channels-last convolution (one activation more at the
+    call, 17% over the prediction of a two-layer CNN when it was not counted); a CNN's first
+    convolution, contiguous input and weight, given a channels-last gradient (two more)."""
     if node.target is not _CONV_BACKWARD or _compat.inductor_orders_convolution_backward_operands():
-        return []
-    grad, inp, weight = node.args[:3]
-    if not (_channels_last_ordered(traced(inp)) or _channels_last_ordered(traced(weight))):
-        return []
-    operands = [grad] + ([inp] if _computes_weight_gradient(node) else [])
-    return [a for a in operands if isinstance(a, NODES) and isinstance(traced(a), torch.Tensor)
-            and traced(a).dim() == 4 and not _channels_last_ordered(traced(a))]
+        return None
+    return frozenset(i for i, a in enumerate(node.args[:3]) if isinstance(a, NODES)
+                     and isinstance(traced(a), torch.Tensor) and traced(a).dim() == 4
+                     and _channels_last_ordered(traced(a)))
 
 
 class _TracedStrides:
@@ -1075,7 +1099,7 @@ class _TracedStrides:
     again from its inputs as they arrive (``compile_fx``'s ``fake_tensor_prop``), so a
     backward's values computed from saved activations laid out channels-last in the forward
     have the strides those give them, where the planner's graph was traced contiguous. Asked
-    only where the strides decide what is copied (``_copied_by_aten_convolution_backward``);
+    only where the strides decide what is copied (``_handed_over_channels_last``);
     each value found once, and run again (on fake tensors) only where an input's strides
     differ from the planner's. ``arrives_channels_last(placeholder)``: the input arrives so."""
 
@@ -1179,6 +1203,17 @@ def _fixed_channels_last(node: fx.Node, channels_last_inputs: set[str]) -> bool:
         return node.name in channels_last_inputs
     return node.target is _CONVOLUTIONS[0] or (
         oplib.is_getitem(node) and isinstance(node.args[0], NODES) and node.args[0].target is _CONV_BACKWARD)
+
+
+def channels_last_buffers(inlining: Inlining, prefers_channels_last: set[fx.Node],
+                          channels_last_inputs: set[str]) -> Callable[[fx.Node], bool]:
+    """Is a value a buffer laid out channels-last, as a lowering that reads its strides sees
+    it (Inductor's max-pool backward: ``Inlining.channels_last_buffer``): fixed so as it
+    arrives or is made (``_fixed_channels_last``), or laid out so by the layout optimization
+    where it is written (``prefers_channels_last``, not inlined)? A value not yet written has
+    no strides."""
+    return lambda n: _fixed_channels_last(n, channels_last_inputs) or (
+        n in prefers_channels_last and not inlining.fused_away(n))
 
 
 def _scatter_operands_copied(scatter: fx.Node, prefers_channels_last: set[fx.Node],

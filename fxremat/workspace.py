@@ -75,10 +75,26 @@ def channels_last_scratch_bytes(node: Any) -> int:
     return memo.per_meta("channels-last scratch", node, lambda n: _scratch_bytes(n, channels_last=True))
 
 
-def _scratch_bytes(node: Any, channels_last: bool = False) -> int:
+def convolution_scratch_bytes(node: Any, channels_last: frozenset[int]) -> int:
+    """Bytes a CPU convolution backward allocates beyond its outputs when Inductor hands it its
+    operands in their own strides (torch 2.11, ``constrain_to_fx_strides``): the positional
+    operands in ``channels_last`` laid out so, the others contiguous. oneDNN computes in one
+    layout (channels-last where the input or the weight is laid out so) and copies, while it
+    runs, an operand laid out otherwise, and its contiguous path reorders the gradient to a
+    blocked layout besides: a 16-channel 16x16 backward computing the weight's gradient from a
+    channels-last gradient and a contiguous input allocates two gradient-sized buffers, none
+    with every operand channels-last. Measured as ``library_workspace_bytes`` is."""
+    return memo.per_meta(f"scratch, channels-last operands {sorted(channels_last)}", node,
+                         lambda n: _scratch_bytes(n, channels_last=channels_last))
+
+
+def _scratch_bytes(node: Any, channels_last: bool | frozenset[int] = False) -> int:
+    """``channels_last``: every 4-d tensor laid out channels-last (True), or the positional
+    operands at these indices (the others as traced)."""
     if not is_library_call(node):
         return 0
-    key = _key(node) + (":channels_last" if channels_last else "")
+    key = _key(node) + (":channels_last" if channels_last is True else
+                        f":channels_last{sorted(channels_last)}" if channels_last else "")
     if key not in _MEASURED:
         try:
             with real_tensors():  # the partitioner runs under torch.compile's fake mode
@@ -160,15 +176,16 @@ def _key(node: Any) -> str:
     return json.dumps([str(node.target), arg(node.args), arg(node.kwargs), torch.get_num_threads()], sort_keys=True)
 
 
-def _measure(node: Any, channels_last: bool = False) -> int:
+def _measure(node: Any, channels_last: bool | frozenset[int] = False) -> int:
     generator = torch.Generator().manual_seed(0)
 
-    def value(a):
+    def value(a, position=None):
         if isinstance(a, NODES):
             val = a.meta.get("val")
             if isinstance(val, torch.Tensor):
                 t = _random_like(val, val.device, generator)
-                return t.contiguous(memory_format=torch.channels_last) if channels_last and t.dim() == 4 else t
+                laid_out = channels_last is True or (channels_last is not False and position in channels_last)
+                return t.contiguous(memory_format=torch.channels_last) if laid_out and t.dim() == 4 else t
             if isinstance(val, (torch.SymInt, torch.SymFloat, torch.SymBool)):
                 return _hint(val) if isinstance(val, torch.SymInt) else val.node.hint
             return val
@@ -178,7 +195,7 @@ def _measure(node: Any, channels_last: bool = False) -> int:
             return {k: value(v) for k, v in a.items()}
         return a
 
-    args, kwargs = value(node.args), value(node.kwargs)
+    args, kwargs = tuple(value(a, i) for i, a in enumerate(node.args)), value(node.kwargs)
     devices = {a.device for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)}
     device = next(iter(devices)) if len(devices) == 1 else torch.device("cpu")
 
@@ -200,5 +217,5 @@ def _measure(node: Any, channels_last: bool = False) -> int:
     return max(measured["peak_bytes"] - measured["end_bytes"], 0)
 
 
-__all__ = ["adopt", "channels_last_scratch_bytes", "is_library_call", "library_call", "library_workspace_bytes", "measured",
+__all__ = ["adopt", "channels_last_scratch_bytes", "convolution_scratch_bytes", "is_library_call", "library_call", "library_workspace_bytes", "measured",
            "scratch_model"]

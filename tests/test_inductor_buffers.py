@@ -72,6 +72,9 @@ def _disagreements(graph: dict) -> list[tuple[str, bool, int]]:
     differs between the timeline and Inductor."""
     gm = graph["graph"]
     inlining = timeline.Inlining()
+    # (the layouts a lowering reads: the graph's own, its inputs taken as arriving contiguous)
+    inlining.channels_last_buffer = timeline.channels_last_buffers(
+        inlining, _compat.inductor_prefers_channels_last(gm), set())
     kept = [(node, origins) for node, origins, in_another in graph["buffers"] if not in_another]
     inductor = {node for node, _ in kept if node is not None}
     # a multi-output op's items (var_mean's two reductions, an attention's outputs): buffers
@@ -368,6 +371,32 @@ def test_where_inductor_hands_a_convolution_backward_its_traced_strides_aten_cop
         predicted[orders] = plan.predicted_peak_bytes
     assert predicted[False] - predicted[True] == 2 * 16 * 16 * 16 * 4  # one gradient, float32
 
+
+
+def test_a_convolution_backwards_scratch_is_measured_in_the_layouts_it_is_handed():
+    """Where Inductor hands a convolution backward its operands in their traced strides (torch
+    2.11), oneDNN copies, while the call runs, an operand laid out other than the layout it
+    computes in (channels-last where the input or the weight is): the zoo CNN's first
+    convolution backward, its input the contiguous image and its weight contiguous, got a
+    channels-last gradient from a max-pool backward and allocated two gradient-sized buffers
+    more than the channels-last scratch the timeline counted (its least plan measured 241,136 B
+    against 237,552 predicted on 2.11; to the byte once measured in these layouts)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from fxremat import workspace
+
+    def backward(grad, image, weight):
+        return torch.ops.aten.convolution_backward.default(grad, image, weight, [16], [1, 1], [1, 1], [1, 1],
+                                                            False, [0, 0], 1, [False, True, True])
+
+    gm = make_fx(backward, tracing_mode="fake")(torch.randn(4, 16, 16, 16), torch.randn(4, 3, 16, 16),
+                                                torch.randn(16, 3, 3, 3))
+    (node,) = [n for n in gm.graph.nodes if n.target is torch.ops.aten.convolution_backward.default]
+    gradient_bytes = 4 * 16 * 16 * 16 * 4
+    every_operand = workspace.convolution_scratch_bytes(node, frozenset({0, 1, 2}))
+    gradient_only = workspace.convolution_scratch_bytes(node, frozenset({0}))
+    assert every_operand == workspace.channels_last_scratch_bytes(node) < gradient_bytes
+    assert gradient_only >= 2 * gradient_bytes, (gradient_only, every_operand)
 
 # The CPU profile calibrated on the project's 2-core Intel Xeon (2026-11-29), as
 # ``calibrate_cpu()`` cached it there: the profile under which the frontier U-Net's plan at
