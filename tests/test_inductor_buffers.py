@@ -574,7 +574,11 @@ def test_on_a_gpu_a_mask_read_through_its_broadcast_by_attention_backwards_is_wr
                                                  ("gpt_neox", {"use_cache": True}, 0.0),
                                                  ("gpt_neox", {"layers": 4, "dim": 128, "ffn": 344, "seq": 128, "batch": 4,
                                                                "vocab": 512, "use_cache": True}, 0.5),
-                                                 ("falcon", {}, 0.0)],
+                                                 pytest.param("falcon", {}, 0.0, marks=pytest.mark.skipif(
+                                                     torch.__version__.startswith("2.11"),
+                                                     reason="torch 2.11's Inductor corrupts the heap on this model "
+                                                            "without fxremat too (plain torch.compile aborts on CPU: "
+                                                            "free(): corrupted unsorted chunks)"))],
                          ids=["t5-0.5", "t5-4-blocks-least", "gpt_neox-use_cache-least", "gpt_neox-small-use_cache-0.5",
                               "falcon-least"])
 def test_unseen_hugging_face_models_measure_their_predictions(fresh_inductor, name, sizes, budget):
