@@ -865,9 +865,20 @@ def _graph_steps(gm: fx.GraphModule, phase: str, rename: dict[str, str], relaid:
         if conv_copied and node.target in _CONVOLUTIONS:
             # Written channels-last by the kernel before the convolution, for it alone
             # (``conv_copied_inputs``): a ViT's image, once per recomputation of its patches.
-            for a in _conv_activations_and_weight(node):
-                if a.op == "placeholder" and a.name in conv_copied:
-                    allocates[f"{phase}:{node.name}:{a.name}:channels_last"] = node_bytes(a)
+            # On CPU that kernel is part of the stretch of kernels before the call, one function
+            # that frees what it reads last only at its end: a step of its own there, as a
+            # scatter's operands (HF ResNet's least plan: the image's copy for the stem's
+            # convolution backward, written by the batch-norm backward's kernel while the
+            # recomputed stem and the max-pool's gradient were alive, 49,152 B over).
+            relaid_here = {f"{phase}:{node.name}:{a.name}:channels_last": node_bytes(a)
+                           for a in _conv_activations_and_weight(node)
+                           if a.op == "placeholder" and a.name in conv_copied}
+            if relaid_here and kernel_groups:
+                held.setdefault(node, []).append(Step(f"{node.name}:relaid", allocates=relaid_here, phase=phase,
+                                                      frees_late=kernel_groups))
+                reads = reads.union(relaid_here)
+            else:
+                allocates.update(relaid_here)
         weight = node.args[2 if node.target is _CONV_BACKWARD else 1] if node.target in _CONVOLUTIONS else None
         if channels_last and isinstance(weight, NODES) and _device_type(weight) == "cpu":
             # The library (oneDNN on CPU) copies the weight to its own blocked layout, and the
@@ -1377,6 +1388,12 @@ def _same_layout_donors(node: fx.Node, reads: frozenset[str], owner: dict[str, f
 
 def _may_donate(donor: fx.Node, layout: str | None, layouts: Callable[[fx.Node], str | None]) -> bool:
     theirs = layouts(donor)
+    val = donor.meta.get("val")
+    if layout == "channels_last" and isinstance(val, torch.Tensor) and val.dim() != 4:
+        # A buffer of another rank is laid out row-major, so a view of it in the writer's shape
+        # reads it contiguous, not channels-last (a max-pool backward's scatter, made as
+        # (channels, pixels), was not written over by the channels-last gradient that read it).
+        return False
     if theirs == "channels_last" and any(
             u.op == "call_function" and oplib.is_view(u) and isinstance(u.meta.get("val"), torch.Tensor)
             and tuple(u.meta["val"].shape) != tuple(donor.meta["val"].shape) for u in donor.users):
