@@ -30,6 +30,11 @@ GPU: GPT-2 small, BERT-base, a 16-layer Llama, ResNet-50/101 at 224², a 4-level
   (parallel attention and MLP, one key and value head), ``gptj`` (interleaved rotary embeddings
   on part of each head), ``mistral`` (sliding-window attention), ``gemma`` (GeGLU, tied head) and
   ``bart`` (encoder and decoder, learned positions). Tiny and small scales only; no chain.
+- ``UNSEEN_VISION``: Hugging Face's image classifiers, likewise (``hf_resnet``: a bottleneck
+  ResNet; ``hf_convnext``: depthwise 7x7 convolutions, layer norms over permuted channels;
+  ``hf_regnet``: grouped convolutions, squeeze-and-excitation; ``hf_mobilenet_v2``: inverted
+  residuals, ReLU6), two stages of widths 16 and 32 (MobileNetV2: its depth multiplier), 32x32
+  images. Tiny scale only; no chain.
 - ``transformer``: ``fxremat.models.TransformerStack`` (pre-LN blocks with explicit attention,
   whose seq² scores dominate the activations; continuous inputs, mean-squared loss): the
   activation-heavy transformer of issue #4.
@@ -58,6 +63,7 @@ HF_MODELS = ("gpt2", "bert", "llama")
 MODELS = ("gpt2", "bert", "llama", "resnet50", "resnet101", "unet", "vit", "mlp", "transformer", "decoder")
 ENCODER_DECODER = ("t5", "bart")
 UNSEEN = ("t5", "gpt_neox", "phi", "qwen2", "opt", "bloom", "falcon", "gptj", "mistral", "gemma", "bart")
+UNSEEN_VISION = ("hf_resnet", "hf_convnext", "hf_regnet", "hf_mobilenet_v2")
 # (not the frontier's zoo: see the module docstring)
 
 
@@ -129,6 +135,7 @@ SIZES: dict[str, dict[str, dict]] = {
     **{name: {"tiny": dict(layers=2 if name in ENCODER_DECODER else 3, dim=32, heads=4, ffn=64, seq=16, batch=2, vocab=128),
               "small": dict(layers=4, dim=128, heads=4, ffn=344, seq=128, batch=4, vocab=512)}
        for name in UNSEEN},
+    **{name: {"tiny": dict(width=16, image=32, batch=4, classes=10)} for name in UNSEEN_VISION},
     "mlp": {
         "tiny": dict(layers=4, width=32, batch=256, classes=10),
         "small": dict(layers=16, width=256, batch=2048, classes=10),
@@ -380,9 +387,47 @@ def make_decoder(layers, dim, heads, seq, batch, vocab) -> FrontierModel:
     return FrontierModel(model, data, (model, "blocks"), False, [model.blocks], {})
 
 
+class HFImageLoss(nn.Module):
+    """``forward(pixels, labels) -> loss`` around a Hugging Face image classifier."""
+
+    def __init__(self, hf: nn.Module):
+        super().__init__()
+        self.hf = hf
+
+    def forward(self, pixels, labels):
+        return self.hf(pixel_values=pixels, labels=labels).loss
+
+
+def make_unseen_hf_vision(name: str, width: int, image: int, batch: int, classes: int) -> FrontierModel:
+    """One of ``UNSEEN_VISION``, from its config as a new user would write it (random weights,
+    training mode). Hugging Face sets ``config.problem_type`` in the first call, so Dynamo
+    compiles the model a second time (the same graph and plan)."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    stages = dict(hidden_sizes=[width, 2 * width], depths=[1, 1])
+    if name == "hf_resnet":
+        hf = tf.ResNetForImageClassification(tf.ResNetConfig(
+            num_channels=3, embedding_size=width, layer_type="bottleneck", num_labels=classes, **stages))
+    elif name == "hf_convnext":
+        hf = tf.ConvNextForImageClassification(tf.ConvNextConfig(
+            num_channels=3, num_stages=2, image_size=image, num_labels=classes, **stages))
+    elif name == "hf_regnet":
+        hf = tf.RegNetForImageClassification(tf.RegNetConfig(
+            num_channels=3, embedding_size=width, groups_width=width // 2, num_labels=classes, **stages))
+    elif name == "hf_mobilenet_v2":
+        hf = tf.MobileNetV2ForImageClassification(tf.MobileNetV2Config(
+            num_channels=3, image_size=image, depth_multiplier=width / 64, num_labels=classes))
+    else:
+        raise KeyError(f"unknown unseen vision model {name!r}: one of {UNSEEN_VISION}")
+    batch_ = (torch.randn(batch, 3, image, image), torch.randint(0, classes, (batch,)))
+    return FrontierModel(HFImageLoss(hf.train()), batch_, None, False, [], {})
+
+
 _BUILDERS = {
     "gpt2": make_gpt2, "bert": make_bert, "llama": make_llama, "resnet50": make_resnet50,
     "resnet101": make_resnet101, "unet": make_unet, "vit": make_vit, "mlp": make_mlp,
     "transformer": make_transformer, "decoder": make_decoder,
     **{name: functools.partial(make_unseen_hf, name) for name in UNSEEN},
+    **{name: functools.partial(make_unseen_hf_vision, name) for name in UNSEEN_VISION},
 }

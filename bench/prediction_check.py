@@ -4,7 +4,8 @@
                                      [--options JSON]
 
 Builds ``MODEL`` from ``bench/frontier_models.py`` (``decoder``, ``llama``, ``unet``, ..., and the
-Hugging Face architectures outside the zoo, ``UNSEEN``: ``t5``, ``gpt_neox``, ...),
+Hugging Face architectures outside the zoo, ``UNSEEN``: ``t5``, ``gpt_neox``, ..., and
+``UNSEEN_VISION``: ``hf_resnet``, ``hf_convnext``, ...),
 ``--sizes`` replacing some of the scale's sizes, compiles it with ``backend="fxremat"`` at the
 budget (a fraction, or bytes; 1.0 for no budget) with any further ``--options`` (the frontier
 runs compile with ``{"hold_outputs": false}``), runs two steps, and measures the third with
@@ -32,7 +33,7 @@ from fxremat.measure import measure_peak_bytes  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", choices=frontier_models.MODELS + frontier_models.UNSEEN)
+    parser.add_argument("model", choices=frontier_models.MODELS + frontier_models.UNSEEN + frontier_models.UNSEEN_VISION)
     parser.add_argument("--scale", default="small", choices=frontier_models.SCALES)
     parser.add_argument("--sizes", type=json.loads, default={},
                         help='sizes replacing the scale\'s, as JSON: \'{"layers": 4, "batch": 8}\'')

@@ -399,15 +399,6 @@ def test_a_convolution_backwards_scratch_is_measured_in_the_layouts_it_is_handed
     assert gradient_only >= 2 * gradient_bytes, (gradient_only, every_operand)
 
 
-class _ImageClassifierLoss(torch.nn.Module):
-    def __init__(self, hf):
-        super().__init__()
-        self.hf = hf
-
-    def forward(self, pixels, labels):
-        return self.hf(pixel_values=pixels, labels=labels).loss
-
-
 @pytest.mark.parametrize("budget", [0.5, 0.0])
 def test_a_hugging_face_resnets_recomputed_stem_measures_its_prediction(fresh_inductor, budget):
     """Hugging Face's ResNet (not the zoo's), tiny, its stem recomputed in the backward: the
@@ -417,13 +408,9 @@ def test_a_hugging_face_resnets_recomputed_stem_measures_its_prediction(fresh_in
     gradient beside the pool's scatter, not over it (made as channels x pixels, it is read
     contiguous through its view). With the copy counted at the call and the gradient over the
     scatter, both plans measured 17% over their predictions (264,752 B against 226,224)."""
-    transformers = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    config = transformers.ResNetConfig(num_channels=3, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
-                                       layer_type="bottleneck", num_labels=10)
-    model = _ImageClassifierLoss(transformers.ResNetForImageClassification(config)).train()
-    batch = (torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,)))
-    step = _step(model, batch, {"memory_budget": budget})
+    pytest.importorskip("transformers")
+    built = bench_module("frontier_models").build("hf_resnet", "tiny")
+    step = _step(built.model, built.batch, {"memory_budget": budget})
     step()
     step()
     measured = measure_peak_bytes(step)["peak_bytes"]
