@@ -95,8 +95,9 @@ def _scratch_bytes(node: Any, channels_last: bool | frozenset[int] = False) -> i
     operands at these indices (the others contiguous); a broadcast (an expand) as traced."""
     if not is_library_call(node):
         return 0
+    # (a set, even empty, lays every 4-d operand out: a key apart from the traced strides')
     key = _key(node) + (":channels_last" if channels_last is True else
-                        f":channels_last{sorted(channels_last)}" if channels_last else "")
+                        "" if channels_last is False else f":channels_last{sorted(channels_last)}")
     if key not in _MEASURED:
         try:
             with real_tensors():  # the partitioner runs under torch.compile's fake mode
