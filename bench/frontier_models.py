@@ -159,14 +159,16 @@ def _with_sizes(m: FrontierModel, sizes: dict) -> FrontierModel:
 
 
 class HFLoss(nn.Module):
-    """``forward(input_ids, labels) -> loss`` around a Hugging Face model."""
+    """``forward(inputs, labels) -> loss`` around a Hugging Face model, ``inputs`` handed to it as
+    ``keyword`` (``input_ids``; an image classifier's ``pixel_values``)."""
 
-    def __init__(self, hf: nn.Module):
+    def __init__(self, hf: nn.Module, keyword: str = "input_ids"):
         super().__init__()
         self.hf = hf
+        self.keyword = keyword
 
-    def forward(self, input_ids, labels):
-        return self.hf(input_ids=input_ids, labels=labels).loss
+    def forward(self, inputs, labels):
+        return self.hf(**{self.keyword: inputs}, labels=labels).loss
 
 
 def _hf_batch(batch: int, seq: int, vocab: int):
@@ -387,17 +389,6 @@ def make_decoder(layers, dim, heads, seq, batch, vocab) -> FrontierModel:
     return FrontierModel(model, data, (model, "blocks"), False, [model.blocks], {})
 
 
-class HFImageLoss(nn.Module):
-    """``forward(pixels, labels) -> loss`` around a Hugging Face image classifier."""
-
-    def __init__(self, hf: nn.Module):
-        super().__init__()
-        self.hf = hf
-
-    def forward(self, pixels, labels):
-        return self.hf(pixel_values=pixels, labels=labels).loss
-
-
 def make_unseen_hf_vision(name: str, width: int, image: int, batch: int, classes: int) -> FrontierModel:
     """One of ``UNSEEN_VISION``, from its config as a new user would write it (random weights,
     training mode). Hugging Face sets ``config.problem_type`` in the first call, so Dynamo
@@ -421,7 +412,7 @@ def make_unseen_hf_vision(name: str, width: int, image: int, batch: int, classes
     else:
         raise KeyError(f"unknown unseen vision model {name!r}: one of {UNSEEN_VISION}")
     batch_ = (torch.randn(batch, 3, image, image), torch.randint(0, classes, (batch,)))
-    return FrontierModel(HFImageLoss(hf.train()), batch_, None, False, [], {})
+    return FrontierModel(HFLoss(hf.train(), "pixel_values"), batch_, None, False, [], {})
 
 
 _BUILDERS = {
