@@ -86,6 +86,52 @@ def inductor_orders_convolution_backward_operands() -> bool:
     return constraint is not getattr(lowering, "constrain_to_fx_strides", None)
 
 
+def inductor_convolution_backward_strides(args: tuple) -> tuple[tuple[int, ...] | None, ...]:
+    """The strides of the gradient, input and weight Inductor hands a convolution backward
+    (``args``: its positional arguments, the tensors fake or real, in the strides Inductor has
+    them) in a graph without its layout optimization, where it orders them itself (torch 2.13,
+    ``inductor_orders_convolution_backward_operands``): ``kernel/conv.py``'s
+    ``convolution_backward_lowering`` asks the input and the gradient for the stride order of
+    the weight's gradient as ATen's meta function lays it out, then the gradient and the weight
+    for the input gradient's, and writes a copy where a value is ordered otherwise. Ties between
+    equal strides follow Inductor's ``get_stride_order``: a depthwise weight (C, 1, kh, kw)
+    laid out channels-last orders the others (N, H, C, W) innermost last, HF ConvNeXt's 7x7
+    convolution (where oneDNN takes 65 KB of scratch, and 1.6 MB with every operand
+    channels-last). None for an operand that is not a 4-d tensor. With the layout optimization
+    every 4-d operand is channels-last (``require_channels_last``) and this is not asked."""
+    from torch._inductor import ir
+
+    grad, input_, weight = args[:3]
+    mask = args[10] if len(args) > 10 else (True, True, True)
+    rest = tuple(args[4:10])
+
+    def ordered(t: torch.Tensor, order: list[int]) -> torch.Tensor:
+        # ``Layout.is_stride_ordered``: dimensions of size 1 ignored, equal strides in either order
+        kept = [i for i in range(t.dim()) if t.shape[i] != 1]
+        by_rank = [t.stride(i) for i in sorted(kept, key=lambda i: order[i])]
+        if all(a <= b for a, b in zip(by_rank, by_rank[1:])):
+            return t
+        strides = [int(s) for s in ir.FlexibleLayout.stride_ordered([int(n) for n in t.shape], order)]
+        return torch.empty_strided(t.shape, strides, dtype=t.dtype, device=t.device)
+
+    def order_of(t: torch.Tensor) -> list[int]:
+        return list(ir.get_stride_order([int(s) for s in t.stride()]))
+
+    four_d = all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (grad, input_, weight))
+    if four_d and mask[1]:
+        _, weight_grad, _ = torch.ops.aten.convolution_backward(grad, input_, weight, None, *rest, (False, True, False))
+        order = order_of(weight_grad)
+        input_, grad = ordered(input_, order), ordered(grad, order)
+    if four_d and mask[0]:
+        input_grad, _, _ = torch.ops.aten.convolution_backward(grad, input_, weight, None, *rest, (True, False, False))
+        order = order_of(input_grad)
+        grad, weight = ordered(grad, order), ordered(weight, order)
+    # (dense in their order: a view whose strides leave gaps is copied dense by oneDNN, which the
+    # timeline counts apart, ``timeline._view_with_gaps``)
+    return tuple(tuple(int(s) for s in ir.FlexibleLayout.stride_ordered([int(n) for n in t.shape], order_of(t)))
+                 if isinstance(t, torch.Tensor) and t.dim() == 4 else None for t in (grad, input_, weight))
+
+
 def inductor_calls_aten(target) -> bool:
     """Does Inductor run this op as a call of its ATen kernel (a fallback: ``cumsum`` on CPU, a
     flash attention) rather than generate code for it (``lowering.lowerings`` without being

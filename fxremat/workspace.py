@@ -90,18 +90,33 @@ def convolution_scratch_bytes(node: Any, channels_last: frozenset[int]) -> int:
                          lambda n: _scratch_bytes(n, channels_last=channels_last))
 
 
-def _scratch_bytes(node: Any, channels_last: bool | frozenset[int] = False) -> int:
+def strided_scratch_bytes(node: Any, strides: tuple[tuple[int, ...] | None, ...]) -> int:
+    """Bytes a CPU convolution backward allocates beyond its outputs when Inductor hands it its
+    positional operands in these ``strides`` (None: as traced), where it orders them itself
+    without its layout optimization (torch 2.13, ``_compat.inductor_convolution_backward_strides``):
+    HF ConvNeXt's depthwise 7x7 backward, a contiguous gradient and an input ordered (N, H, C, W),
+    takes 65 KB where every operand channels-last takes 1.6 MB. Measured as
+    ``library_workspace_bytes`` is."""
+    return memo.per_meta(f"scratch, operand strides {list(strides)}", node,
+                         lambda n: _scratch_bytes(n, strides=tuple(strides)))
+
+
+def _scratch_bytes(node: Any, channels_last: bool | frozenset[int] = False,
+                   strides: tuple[tuple[int, ...] | None, ...] | None = None) -> int:
     """``channels_last``: every 4-d tensor laid out channels-last (True), or the positional
-    operands at these indices (the others contiguous); a broadcast (an expand) as traced."""
+    operands at these indices (the others contiguous); a broadcast (an expand) as traced.
+    ``strides``: the positional operands in these strides instead (None: as traced)."""
     if not is_library_call(node):
         return 0
     # (a set, even empty, lays every 4-d operand out: a key apart from the traced strides')
     key = _key(node) + (":channels_last" if channels_last is True else
                         "" if channels_last is False else f":channels_last{sorted(channels_last)}")
+    if strides is not None:
+        key += f":strides{list(strides)}"
     if key not in _MEASURED:
         try:
             with real_tensors():  # the partitioner runs under torch.compile's fake mode
-                _MEASURED[key] = _measure(node, channels_last)
+                _MEASURED[key] = _measure(node, channels_last, strides)
         except Exception as error:  # noqa: BLE001 (an op random inputs do not satisfy)
             log.info("fxremat: could not measure the scratch memory of %s (%s: %s); counted as none",
                      node.target, type(error).__name__, error)
@@ -183,13 +198,19 @@ def _broadcast(t: torch.Tensor) -> bool:
     return any(st == 0 and n > 1 for n, st in zip(t.shape, t.stride()))
 
 
-def _measure(node: Any, channels_last: bool | frozenset[int] = False) -> int:
+def _measure(node: Any, channels_last: bool | frozenset[int] = False,
+             strides: tuple[tuple[int, ...] | None, ...] | None = None) -> int:
     generator = torch.Generator().manual_seed(0)
 
     def value(a, position=None):
         if isinstance(a, NODES):
             val = a.meta.get("val")
             if isinstance(val, torch.Tensor):
+                given = strides[position] if strides is not None and position is not None and position < len(strides) else None
+                if given is not None:
+                    return _random_like(torch.empty_strided([_hint(n) for n in val.shape], given, dtype=val.dtype,
+                                                            device="meta"),
+                                        val.device, generator)
                 t = _random_like(val, val.device, generator)
                 if t.dim() != 4 or channels_last is False or _broadcast(t):
                     # (a broadcast is handed over as it is, by either torch's Inductor: an expand
@@ -229,4 +250,4 @@ def _measure(node: Any, channels_last: bool | frozenset[int] = False) -> int:
 
 
 __all__ = ["adopt", "channels_last_scratch_bytes", "convolution_scratch_bytes", "is_library_call", "library_call", "library_workspace_bytes", "measured",
-           "scratch_model"]
+           "scratch_model", "strided_scratch_bytes"]
