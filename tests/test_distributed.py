@@ -61,7 +61,7 @@ def _worker(rank, world, port, folder, order, optimize_ddp, budget, cost_model="
         # its plans, would differ from rank 0's.
         from fxremat import workspace
 
-        workspace._measure = lambda node, channels_last=False: 256 * 1024
+        workspace._measure = lambda node, channels_last=False, strides=None: 256 * 1024
         order = order.removesuffix("+scratch")
     with _process_group(rank, world, port):
         torch._dynamo.config.optimize_ddp = optimize_ddp

@@ -190,7 +190,7 @@ def test_on_cuda_a_convolution_counts_its_measured_library_workspace(monkeypatch
 
     measured = []
     monkeypatch.setattr(workspace, "_MEASURED", {})
-    monkeypatch.setattr(workspace, "_measure", lambda node, channels_last=False: measured.append(
+    monkeypatch.setattr(workspace, "_measure", lambda node, channels_last=False, strides=None: measured.append(
         (node.name, channels_last)) or 4096)
     with FakeTensorMode():  # no GPU needed for fake CUDA tensors
         x, w1 = torch.randn(B, C, S, S, device="cuda"), torch.randn(C, C, 1, 1, device="cuda")
