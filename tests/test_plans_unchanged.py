@@ -30,7 +30,13 @@ def case_id(case) -> str:
                     reason=f"plans recorded on torch {RECORDED['torch']}: other releases trace other graphs")
 @pytest.mark.parametrize("case", [c for c in plan_cases.cases() if _selected(c)], ids=case_id)
 def test_plan_equals_the_recorded_one(case):
-    assert plan_cases.record(case) == RECORDED["plans"][case_id(case)]
+    # planned with the scratch bytes recorded beside the plan: a CPU convolution's are
+    # measured, and differ between CPUs (oneDNN's AVX-512 and AVX2 paths)
+    recorded = dict(RECORDED["plans"][case_id(case)])
+    scratch = recorded.pop("scratch")
+    got = plan_cases.record(case, scratch)
+    got.pop("scratch")
+    assert got == recorded
 
 
 def test_the_quick_subset_covers_every_solver_and_both_compilers():
