@@ -89,19 +89,21 @@ def record(case, scratch: dict[str, int] | None = None) -> dict:
     before = workspace.measured()
     workspace._MEASURED.clear()
     workspace.adopt(scratch or {})
+    error_record = None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             compiled(*batch).backward()
     except Exception as error:  # noqa: BLE001 - a budget error is part of the record
         cause = getattr(error, "inner_exception", None) or error
-        return {"error": type(cause).__name__, "least_bytes": getattr(cause, "least_bytes", None),
-                "scratch": workspace.measured()}
+        error_record = {"error": type(cause).__name__, "least_bytes": getattr(cause, "least_bytes", None)}
     finally:
         torch._dynamo.reset()
         used = workspace.measured()
         workspace._MEASURED.clear()
         workspace.adopt(before)
+    if error_record is not None:
+        return {**error_record, "scratch": used}
     for plan in fxremat.inspect.plans():
         plans.append({
             "graph_id": plan.graph_id,
