@@ -416,6 +416,30 @@ def attention_backward_copies_broadcast_bias() -> bool:
     return getattr(ir.ExpandView, "get_stride", None) is getattr(ir.IRNode, "get_stride", None)
 
 
+def cpu_attention_copies_input(val: torch.Tensor) -> bool:
+    """Does Inductor copy this tensor dense for a CPU attention call even when its storage is
+    written? ``lowering.sdpa_constraint`` requires each operand's traced stride order
+    (``ir.get_stride_order``) where that order has the last dimension innermost, and the
+    contiguous order otherwise (``ExternKernel.require_stride_order``, which copies an operand
+    not so ordered). A broadcast (a stride 0 in a dimension longer than one) puts a dimension
+    inside the last: HF Falcon's multi-query key and value, one head expanded over four, are
+    copied as four heads for the attention and again for its backward (two 4 KiB copies at
+    the measured peak of its least plan, transformers 5.25; checked on torch 2.13)."""
+    from torch._inductor import ir
+
+    if val.numel() <= 1 or val.dim() == 0:
+        return False
+    order = list(ir.get_stride_order([int(st) for st in val.stride()]))
+    if order[-1] != 0:
+        order = list(reversed(range(val.dim())))
+    # ``Layout.is_stride_ordered``: dimensions of size one ignored, equal strides in order
+    kept = [i for i in range(val.dim()) if int(val.shape[i]) != 1]
+    ranks = sorted(order[i] for i in kept)
+    by_rank = {ranks.index(order[i]): int(val.stride()[i]) for i in kept}
+    strides = [by_rank[r] for r in range(len(kept))]
+    return any(left > right for left, right in zip(strides, strides[1:]))
+
+
 def inductor_writes_every_cat(device_type: str) -> bool:
     """Does Inductor write every concatenation to a buffer of its own on this device
     (``lowering.cat``: on CPU always a ``ConcatKernel``, whose pointwise inputs are computed

@@ -283,15 +283,27 @@ def copies_unwritten_inputs(node: fx.Node) -> bool:
 
 
 def copied_expanded_inputs(node: fx.Node) -> list[fx.Node]:
-    """The inputs Inductor copies dense for this call even when their storage is written:
-    on CUDA, the efficient attention backward's attention bias read as a broadcast view (a
+    """The inputs Inductor copies dense for this call even when their storage is written.
+    On CPU, an attention call's operand whose strides break the order Inductor requires of
+    it, a broadcast's (``_compat.cpu_attention_copies_input``: HF Falcon's multi-query key and
+    value). On CUDA, the efficient attention backward's attention bias read as a broadcast view (a
     stride 0 in a dimension longer than one) of a value computed in the graph, which Inductor
     fixes to a contiguous stride order (``lowering.sdpa_constraint``, ``require_stride_order``,
     which copies a view whose strides it cannot read). A Hugging Face causal mask expanded
     over the heads: a copy 4× the mask for each layer's attention backward, alive while it
     runs (measured on an H200 with torch 2.11, Qwen2's generated code). A torch whose views of computed values carry
     strides would copy none (``_compat.attention_backward_copies_broadcast_bias``)."""
-    if node.op != "call_function" or id(node.target) not in _efficient_backward_ids():
+    if node.op != "call_function":
+        return []
+    if id(node.target) in _attention_call_ids():
+        from . import _compat
+
+        cpu = [a for a in dict.fromkeys(node.all_input_nodes)
+               if isinstance(a.meta.get("val"), torch.Tensor) and a.meta["val"].device.type == "cpu"
+               and _compat.cpu_attention_copies_input(a.meta["val"])]
+        if cpu:
+            return cpu
+    if id(node.target) not in _efficient_backward_ids():
         return []
     bias = node.args[4] if len(node.args) > 4 else node.kwargs.get("attn_bias")
     if not isinstance(bias, fx.Node):

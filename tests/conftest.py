@@ -35,8 +35,9 @@ def unmodelled_cpu_slack() -> float:
     """How far over its prediction a measured CPU peak may be in the tests that hold Inductor's
     plans to the byte: none on CPUs with AVX-512, where those predictions were made exact;
     the README's stated 5% on CPUs without it, where oneDNN and Inductor's generated code take
-    other paths the timeline does not model yet (an AVX2-only AMD EPYC, 2026-12-07: Falcon's
-    least plan 0.5% over, a generated CNN 1.4%; CHANGELOG)."""
+    other paths the timeline does not model yet (an AVX2-only AMD EPYC, 2026-12-07: a
+    generated CNN 1.4% over; CHANGELOG. Falcon's least plan, first counted here, was
+    transformers 5.25's doing, since modelled)."""
     return 0.0 if torch.backends.cpu.get_cpu_capability().startswith("AVX512") else 0.05
 
 

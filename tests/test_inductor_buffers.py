@@ -29,7 +29,7 @@ import fxremat
 from fxremat import _compat, models, oplib, timeline
 from fxremat.measure import measure_peak_bytes
 
-from conftest import bench_module, unmodelled_cpu_slack
+from conftest import bench_module
 
 pytestmark = pytest.mark.inductor
 
@@ -646,6 +646,54 @@ def test_on_a_gpu_a_mask_read_through_its_broadcast_by_attention_backwards_is_wr
     assert [oplib.copied_expanded_inputs(c) for c in calls] == [[nodes["expand"]]] * 2
 
 
+def test_on_a_cpu_an_attention_operand_broadcast_over_the_heads_is_copied_though_written():
+    """``lowering.sdpa_constraint`` on CPU requires an operand's traced stride order where
+    its last dimension is innermost, else the contiguous order, and copies an operand not so
+    ordered: a key or value broadcast over the heads (multi-query), not a permuted slice of a
+    projection (the usual ``(B, S, H, D) -> (B, H, S, D)``)."""
+    copies = _compat.cpu_attention_copies_input
+    strided = torch.empty_strided
+    assert copies(strided((2, 4, 16, 8), (128, 0, 8, 1)))  # one head expanded over four
+    assert copies(strided((2, 4, 16, 8), (768, 0, 48, 1)))  # the same, a slice of a fused projection
+    assert copies(strided((2, 4, 16, 16), (0, 0, 16, 1)))  # a mask broadcast over batch and heads
+    assert not copies(strided((2, 4, 16, 8), (512, 8, 32, 1)))  # heads permuted out of a projection
+    assert not copies(strided((2, 4, 16, 8), (512, 128, 8, 1)))  # contiguous
+    assert not copies(strided((2, 1, 16, 16), (256, 256, 16, 1)))  # a dimension of one is no broadcast
+
+
+class _MultiQueryAttention(torch.nn.Module):
+    """One attention block whose key and value are one head expanded over four (HF Falcon's
+    multi-query attention, without transformers)."""
+
+    def __init__(self, dim=32, heads=4):
+        super().__init__()
+        self.heads, self.head_dim = heads, dim // heads
+        self.q, self.kv, self.out = (torch.nn.Linear(dim, dim), torch.nn.Linear(dim, 2 * dim // heads),
+                                     torch.nn.Linear(dim, dim))
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q = self.q(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        k, v = self.kv(x).view(b, s, 2, 1, self.head_dim).unbind(2)
+        k, v = (t.transpose(1, 2).expand(b, self.heads, s, self.head_dim) for t in (k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(b, s, -1)).square().mean()
+
+
+@pytest.mark.parametrize("budget", [1.0, 0.0])
+def test_a_multi_query_attentions_broadcast_key_and_value_are_copied_for_each_call(fresh_inductor, budget):
+    """Found on HF Falcon's least plan (transformers 5.25: 1,024 B over its prediction; 5.24
+    built its key and value otherwise): Inductor copies the broadcast key and value dense for
+    the attention and for its backward (``oplib.copied_expanded_inputs``), 4 KiB each here.
+    Without the rule both plans measure 170,248 B against 145,672 predicted (torch 2.13)."""
+    torch.manual_seed(0)
+    model = _MultiQueryAttention()
+    batch = (torch.randn(2, 64, 32, requires_grad=True),)
+    measured, plan = _warm_step_and_plan(model, batch, {"memory_budget": budget})
+    assert 0.99 * plan.predicted_peak_bytes <= measured <= plan.predicted_peak_bytes, (
+        measured, plan.predicted_peak_bytes)
+
+
 @pytest.mark.parametrize("name, sizes, budget", [("t5", {}, 0.5), ("t5", {"layers": 4, "seq": 128, "batch": 4}, 0.0),
                                                  ("gpt_neox", {"use_cache": True}, 0.0),
                                                  ("gpt_neox", {"layers": 4, "dim": 128, "ffn": 344, "seq": 128, "batch": 4,
@@ -677,10 +725,13 @@ def test_unseen_hugging_face_models_measure_their_predictions(fresh_inductor, na
     the index it writes (tests/test_timeline_layouts.py). Falcon's least plan measured 3.1%
     *under* its prediction (a least feasible budget set too high): the zeros its query-key-value
     gradient scatters into, read by scatters and pointwise ops alone, were counted; Inductor
-    never makes them. Each now measures its prediction."""
+    never makes them. With transformers 5.25, whose Falcon expands its one key and value head
+    over the query heads, the least plan measured 1,024 B over: Inductor copies that broadcast
+    for each attention call (``oplib.copied_expanded_inputs``; first blamed on a CPU without
+    AVX-512, where the same bytes were measured). Each now measures its prediction."""
     frontier_models = bench_module("frontier_models")
     torch.manual_seed(0)
     built = frontier_models.build(name, "tiny", sizes)
     measured, plan = _warm_step_and_plan(built.model, built.batch, {"memory_budget": budget})
-    assert 0.99 * plan.predicted_peak_bytes <= measured <= (1 + unmodelled_cpu_slack()) * plan.predicted_peak_bytes, (
+    assert 0.99 * plan.predicted_peak_bytes <= measured <= plan.predicted_peak_bytes, (
         measured, plan.predicted_peak_bytes)
