@@ -433,10 +433,8 @@ def cpu_attention_copies_input(val: torch.Tensor) -> bool:
     if order[-1] != 0:
         order = list(reversed(range(val.dim())))
     # ``Layout.is_stride_ordered``: dimensions of size one ignored, equal strides in order
-    kept = [i for i in range(val.dim()) if int(val.shape[i]) != 1]
-    ranks = sorted(order[i] for i in kept)
-    by_rank = {ranks.index(order[i]): int(val.stride()[i]) for i in kept}
-    strides = [by_rank[r] for r in range(len(kept))]
+    strides = [int(st) for _, st in sorted((order[i], val.stride()[i]) for i in range(val.dim())
+                                           if int(val.shape[i]) != 1)]  # innermost first
     return any(left > right for left, right in zip(strides, strides[1:]))
 
 
